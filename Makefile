@@ -1,0 +1,42 @@
+# Krill: `make run` starts a node on defaults, `make test` passes the tests, `make bench`
+# prints the benchmark figures. Each sets up .venv first (nothing to install by hand).
+
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-stamp
+
+.PHONY: setup run test test-fast bench bench-quick lint generate clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+run: setup
+	$(VENV)/bin/krill start
+
+test: setup
+	$(PY) -m pytest -q
+
+test-fast: setup
+	$(PY) -m pytest -q -m "not integration"
+
+bench: setup
+	$(PY) -m bench.run
+
+bench-quick: setup
+	$(PY) -m bench.run --quick
+
+lint: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy wire storage actors shards
+
+generate: setup
+	$(PY) -m wire.codegen.generate
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

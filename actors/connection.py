@@ -1,0 +1,337 @@
+"""The Connection actor: one per client socket. It frames, dispatches, and answers in order.
+
+Bytes come in with non-blocking `recv_into` straight into the frame reader's buffer (no asyncio
+streams: DESIGN.md §11). Each frame's header picks the handler for its API key; the handler
+decodes the body and sends messages to the actors that own the state (partitions, the
+controller). Requests are dispatched in arrival order and may complete out of order; responses
+are written strictly in request order, because every Kafka client matches them to requests by
+position (CLIENTS.md gotcha 4). Produce with acks=0 gets no response at all (gotcha 3).
+
+Responses go out with `sendmsg` for bytes and `os.sendfile` for log regions (zero copy). When
+too many requests are pending, or too many response bytes are queued because the client reads
+slowly, the connection stops reading its socket until that drains: memory stays bounded.
+
+Bad input never hurts the shard: an oversize or negative frame length, an unknown API key, an
+unsupported version (other than ApiVersions, which answers UNSUPPORTED_VERSION) or a body that
+does not decode closes this connection with a log line, as Kafka does.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import os
+import socket
+import struct
+from typing import Any
+
+from actors import limits
+from actors.handlers import HANDLERS, Handler, unsupported_api_versions_response
+from actors.runtime import LoopActor, current_loop
+from actors.services import Services
+from wire.errors import DecodeError
+from wire.frame import FrameReader
+from wire.messages import request_header_version, response_header_version
+from wire.messages.request_header import RequestHeader
+from wire.primitives import Reader, Writer, is_region
+
+__all__ = ["Connection", "RequestContext"]
+
+log = logging.getLogger(__name__)
+
+_API_KEY_AND_VERSION = struct.Struct(">hhi")
+_API_VERSIONS_KEY = 18
+# sendmsg takes at most this many buffers per call (IOV_MAX is 1024 on Linux).
+_IOV_MAX = 512
+
+
+class _Slot:
+    """One request awaiting its response, in the connection's request order."""
+
+    __slots__ = ("correlation_id", "api_key", "version", "response", "done")
+
+    def __init__(self, correlation_id: int, api_key: int, version: int) -> None:
+        self.correlation_id = correlation_id
+        self.api_key = api_key
+        self.version = version
+        self.response: Any = None
+        self.done = False
+
+
+class RequestContext:
+    """What a handler sees of the request it serves, and how it answers."""
+
+    __slots__ = ("connection", "services", "api_key", "version", "client_id", "_slot")
+
+    def __init__(
+        self,
+        connection: Connection,
+        services: Services,
+        api_key: int,
+        version: int,
+        client_id: str | None,
+        slot: _Slot | None,
+    ) -> None:
+        self.connection = connection
+        self.services = services
+        self.api_key = api_key
+        self.version = version
+        self.client_id = client_id
+        self._slot = slot
+
+    def respond(self, response: Any) -> None:
+        """Complete this request; written as soon as every earlier response is out."""
+        slot = self._slot
+        if slot is None:  # acks=0 produce: the client expects nothing
+            return
+        self._slot = None
+        self.connection.complete(slot, response)
+
+
+class Connection(LoopActor):
+    def __init__(self, sock: socket.socket, services: Services) -> None:
+        super().__init__()
+        self._sock = sock
+        self._fd = sock.fileno()
+        self._services = services
+        self._peer = _peer_name(sock)
+        self._frames = FrameReader()
+        self._pending: collections.deque[_Slot] = collections.deque()
+        self._out: collections.deque[Any] = collections.deque()  # memoryviews and file regions
+        self._out_head_sent = 0  # bytes of _out[0] already sent
+        self._out_bytes = 0
+        self._reading = False
+        self._writing = False
+        self._closed = False
+
+    def __str__(self) -> str:
+        return f"Connection({self._peer})"
+
+    # Lifecycle ----------------------------------------------------------------------------
+
+    def on_start(self) -> None:
+        self._sock.setblocking(False)
+        try:
+            self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        except OSError:
+            pass  # not TCP (a unix socket in a test)
+        self._resume_reading()
+
+    def on_stop(self) -> None:
+        self._close_socket()
+
+    def close(self, reason: str) -> None:
+        if not self._closed:
+            log.info("%s: closing: %s", self, reason)
+            self._close_socket()
+            self.stop_now()
+
+    def _close_socket(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        loop = current_loop()
+        if self._reading:
+            loop.remove_reader(self._fd)
+        if self._writing:
+            loop.remove_writer(self._fd)
+        self._reading = self._writing = False
+        self._pending.clear()
+        self._out.clear()
+        self._sock.close()
+
+    # Reading ------------------------------------------------------------------------------
+
+    def _resume_reading(self) -> None:
+        if not self._reading and not self._closed:
+            self._reading = True
+            current_loop().add_reader(self._fd, self._on_readable)
+
+    def _pause_reading(self) -> None:
+        if self._reading:
+            self._reading = False
+            current_loop().remove_reader(self._fd)
+
+    def _on_readable(self) -> None:
+        try:
+            nbytes = self._sock.recv_into(self._frames.buffer(), limits.connection_recv_bytes_max)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as e:
+            self.close(f"receive failed: {e}")
+            return
+        if nbytes == 0:
+            self.close("closed by the client")
+            return
+        try:
+            frames = self._frames.advance(nbytes)
+        except DecodeError as e:
+            log.warning("%s: bad frame: %s", self, e)
+            self.close("bad frame")
+            return
+        for frame in frames:
+            if self._closed:
+                return
+            self._handle_frame(frame)
+        if (
+            len(self._pending) >= limits.connection_inflight_requests_max
+            or self._out_bytes >= limits.connection_send_queue_bytes_max
+        ):
+            self._pause_reading()
+
+    def _handle_frame(self, frame: bytearray) -> None:
+        try:
+            api_key, version, correlation_id = _API_KEY_AND_VERSION.unpack_from(frame)
+        except struct.error:
+            log.warning("%s: frame of %d bytes is too short for a request header", self, len(frame))
+            self.close("short request header")
+            return
+        handler = HANDLERS.get(api_key)
+        if handler is None:
+            log.warning("%s: unknown API key %d (version %d)", self, api_key, version)
+            self.close(f"unknown API key {api_key}")
+            return
+        if not handler.MIN_VERSION <= version <= handler.MAX_VERSION:
+            self._unsupported_version(handler, api_key, version, correlation_id)
+            return
+        reader = Reader(frame)
+        try:
+            header = RequestHeader.decode(reader, request_header_version(api_key, version))
+            request = handler.REQUEST.decode(reader, version)
+        except DecodeError as e:
+            log.warning("%s: %s v%d does not decode: %s", self, handler.NAME, version, e)
+            self.close("malformed request")
+            return
+        slot = None
+        if handler.expects_response(request):
+            slot = _Slot(correlation_id, api_key, version)
+            self._pending.append(slot)
+        context = RequestContext(self, self._services, api_key, version, header.client_id, slot)
+        try:
+            handler.handle(context, request)
+        except Exception:
+            log.exception("%s: %s v%d handler failed", self, handler.NAME, version)
+            self.close("internal error")
+
+    def _unsupported_version(
+        self, handler: Handler, api_key: int, version: int, correlation_id: int
+    ) -> None:
+        if api_key != _API_VERSIONS_KEY:
+            # Kafka closes the connection for any other API at an unsupported version.
+            log.warning("%s: %s v%d is not supported", self, handler.NAME, version)
+            self.close(f"unsupported version {version} of {handler.NAME}")
+            return
+        # KIP-511: answer with a v0 body listing our versions; the client retries lower.
+        slot = _Slot(correlation_id, api_key, 0)
+        self._pending.append(slot)
+        self.complete(slot, unsupported_api_versions_response())
+
+    # Writing ------------------------------------------------------------------------------
+
+    def complete(self, slot: _Slot, response: Any) -> None:
+        if self._closed:
+            return
+        assert not slot.done, "a request answered twice"
+        slot.response = response
+        slot.done = True
+        pending = self._pending
+        if pending[0] is not slot:
+            return
+        while pending and pending[0].done:
+            self._encode(pending.popleft())
+        self._send()
+        if len(pending) < limits.connection_inflight_requests_max and (
+            self._out_bytes < limits.connection_send_queue_bytes_max
+        ):
+            self._resume_reading()
+
+    def _encode(self, slot: _Slot) -> None:
+        writer = Writer()
+        size_at = writer.reserve_int32()
+        writer.int32(slot.correlation_id)
+        if response_header_version(slot.api_key, slot.version) >= 1:
+            writer.unsigned_varint(0)  # empty tagged-field section
+        slot.response.encode(writer, slot.version)
+        writer.patch_int32(size_at, writer.size - 4)
+        for chunk in writer.chunks():
+            self._out.append(chunk)
+            self._out_bytes += chunk.length if is_region(chunk) else len(chunk)
+
+    def _send(self) -> None:
+        out = self._out
+        try:
+            while out:
+                head = out[0]
+                if is_region(head):
+                    sent = self._send_region(head)
+                    if sent is None:
+                        break
+                else:
+                    sent = self._send_bytes()
+                    if sent is None:
+                        break
+        except OSError as e:
+            self.close(f"send failed: {e}")
+            return
+        if out and not self._writing:
+            self._writing = True
+            current_loop().add_writer(self._fd, self._on_writable)
+        elif not out and self._writing:
+            self._writing = False
+            current_loop().remove_writer(self._fd)
+
+    def _on_writable(self) -> None:
+        self._send()
+        if not self._out and not self._closed:
+            self._resume_reading()
+
+    def _send_region(self, region: Any) -> int | None:
+        """sendfile the head region; None when the socket is full."""
+        done = self._out_head_sent
+        try:
+            sent = os.sendfile(
+                self._fd, region.fd, region.position + done, region.length - done
+            )
+        except (BlockingIOError, InterruptedError):
+            return None
+        if sent == 0:
+            raise OSError(f"log file ended inside a region being sent ({region})")
+        self._consumed(sent)
+        return sent
+
+    def _send_bytes(self) -> int | None:
+        """sendmsg the leading bytes chunks; None when the socket is full."""
+        buffers = []
+        for index, chunk in enumerate(self._out):
+            if is_region(chunk) or index == _IOV_MAX:
+                break
+            buffers.append(chunk)
+        if self._out_head_sent:
+            buffers[0] = memoryview(buffers[0])[self._out_head_sent :]
+        try:
+            sent = self._sock.sendmsg(buffers)
+        except (BlockingIOError, InterruptedError):
+            return None
+        self._consumed(sent)
+        return sent
+
+    def _consumed(self, sent: int) -> None:
+        out = self._out
+        self._out_bytes -= sent
+        sent += self._out_head_sent
+        while out:
+            head = out[0]
+            size = head.length if is_region(head) else len(head)
+            if sent < size:
+                break
+            sent -= size
+            out.popleft()
+        self._out_head_sent = sent
+
+
+def _peer_name(sock: socket.socket) -> str:
+    try:
+        host, port = sock.getpeername()[:2]
+        return f"{host}:{port}"
+    except (OSError, ValueError):
+        return "unknown peer"

@@ -1,0 +1,102 @@
+"""Produce (key 0), versions 3-9.
+
+v3 is the first version carrying RecordBatch v2 (magic 2) and TransactionalId; v5 adds
+LogStartOffset to the response; v7 allows zstd; v8 adds per-batch RecordErrors and
+ErrorMessage; v9 is flexible. Versions 0-2 (message sets v0/v1) are not offered, so clients
+write v2 batches (CLIENTS.md §4).
+
+Record sets stay opaque bytes: each batch's header, length and CRC-32C are checked here, then
+the partition's owner assigns offsets and appends (DESIGN.md §2). acks=0 gets no response;
+acks=1 and acks=all are answered once the data is flushed (safe mode).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from actors.handlers.join import Join
+from actors.partition import Produce, ProduceResult
+from wire import limits
+from wire.errors import DecodeError, ErrorCode
+from wire.messages.produce import ProduceRequest, ProduceResponse
+from wire.record_batch import BatchHeader, iter_batches
+
+API_KEY = 0
+MIN_VERSION = 3
+MAX_VERSION = 9
+REQUEST = ProduceRequest
+
+TopicProduceResponse = ProduceResponse.TopicProduceResponse
+PartitionProduceResponse = ProduceResponse.PartitionProduceResponse
+
+_VALID_ACKS = (0, 1, -1)
+_CODEC_MAX = 4  # zstd
+
+
+def expects_response(request: ProduceRequest) -> bool:
+    return request.acks != 0
+
+
+def handle(ctx: Any, request: ProduceRequest) -> None:
+    services = ctx.services
+    acks = request.acks
+    parts = [(t.name, p) for t in request.topic_data for p in t.partition_data]
+    join = None
+    if acks != 0:
+        join = Join(len(parts), lambda results: ctx.respond(_response(parts, results)))
+    for index, (topic, data) in enumerate(parts):
+        reply = join.slot(index) if join is not None else None
+        error, message, headers = _check(acks, request.transactional_id, data.records)
+        if error is None:
+            ref = services.partition(topic, data.index)
+            if ref is not None:
+                ref.tell(Produce(data.records, headers, acks, reply))
+                continue
+            error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        if reply is not None:
+            reply(ProduceResult(error, message=message))
+
+
+def _check(
+    acks: int, transactional_id: str | None, records: memoryview | None
+) -> tuple[ErrorCode | None, str | None, list[BatchHeader]]:
+    """(error, message, batch headers): error None when the record set may be appended."""
+    if acks not in _VALID_ACKS:
+        return ErrorCode.INVALID_REQUIRED_ACKS, f"acks={acks} is not 0, 1 or -1", []
+    if not records:
+        return ErrorCode.CORRUPT_MESSAGE, "no record batches", []
+    try:
+        # The topic's max.message.bytes is checked by the partition, which knows the topic.
+        headers = iter_batches(records, batch_bytes_max=limits.frame_bytes_max)
+    except DecodeError as e:
+        return ErrorCode.CORRUPT_MESSAGE, str(e), []
+    for header in headers:
+        if header.codec > _CODEC_MAX:
+            return ErrorCode.UNSUPPORTED_COMPRESSION_TYPE, f"codec {header.codec}", []
+        if header.is_control:
+            return ErrorCode.INVALID_RECORD, "clients may not write control batches", []
+        if header.is_transactional or transactional_id is not None:
+            return ErrorCode.INVALID_TXN_STATE, "transactions are not supported yet", []
+    return None, None, headers
+
+
+def _response(parts: list[tuple[str, Any]], results: list[ProduceResult]) -> ProduceResponse:
+    topics: dict[str, list[PartitionProduceResponse]] = {}
+    for (topic, data), result in zip(parts, results, strict=True):
+        topics.setdefault(topic, []).append(
+            PartitionProduceResponse(
+                index=data.index,
+                error_code=result.error,
+                base_offset=result.base_offset,
+                log_append_time_ms=result.log_append_time_ms,
+                log_start_offset=result.log_start_offset,
+                error_message=result.message,
+            )
+        )
+    return ProduceResponse(
+        responses=[
+            TopicProduceResponse(name=name, partition_responses=partitions)
+            for name, partitions in topics.items()
+        ],
+        throttle_time_ms=0,
+    )

@@ -1,0 +1,30 @@
+"""Every limit of the actor layer, as a named constant with its unit last."""
+
+from __future__ import annotations
+
+# Messages one actor handles per loop turn before yielding: keeps sockets and other actors fed.
+inbox_drain_messages_max = 64
+
+# Requests a connection decodes and dispatches while earlier responses are still pending.
+# librdkafka pipelines up to max.in.flight (5 by default, 1M max); this bounds memory per socket.
+connection_inflight_requests_max = 1000
+# Bytes of encoded responses queued on one socket before the connection stops reading
+# (the client is not draining its socket).
+connection_send_queue_bytes_max = 64 * 1024 * 1024
+# Bytes the connection reads per recv call (one syscall per this many bytes at most).
+connection_recv_bytes_max = 256 * 1024
+
+# Fetch long-poll ceiling: clients send fetch.wait.max.ms (500 ms by default); cap it.
+fetch_wait_ms_max = 30_000
+# Bytes one fetch response may carry, whatever the client asks (Kafka's fetch.max.bytes: 50 MiB).
+fetch_response_bytes_max = 55 * 1024 * 1024
+
+# Idempotent producers: Kafka keeps the last 5 batches per producer for duplicate detection
+# (max.in.flight.requests.per.connection <= 5 with idempotence).
+producer_batches_remembered = 5
+# Producer ids handed out per persisted block (the next block is written before use).
+producer_id_block_size = 1000
+
+# Topic and partition limits.
+topic_name_chars_max = 249  # Kafka's limit (file system name length with suffixes)
+partitions_per_topic_max = 100_000

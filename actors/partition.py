@@ -1,0 +1,487 @@
+"""The Partition actor: owns one partition's log, its high watermark and producer state.
+
+Every produce, fetch and offset lookup for a partition is a message to its actor, so the log
+has exactly one owner and needs no lock. A produce runs in two phases (DESIGN.md §2):
+
+    Produce  -> idempotence check, offsets assigned, appended (written to the page cache)
+             -> dispatched: order is fixed
+    flush    -> one fdatasync on the I/O pool covers every append that arrived while the
+                previous one ran (flush coalescing)
+             -> produced: the high watermark moves, waiting acks are answered
+
+With `write.caching=true` the high watermark follows the written offset and acks are answered
+at once; the flush still runs in the background. Fetches see only offsets below the high
+watermark; long polls register a watcher that fires when it moves.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from actors.producer_state import ProducerStateTable
+from actors.runtime import LoopActor
+from actors.services import Services, now_ms
+from actors.topic_config import TopicSettings
+from storage import DiskLog, FileSlice, LogConfig, OffsetOutOfRange
+from wire.errors import ErrorCode
+from wire.record_batch import BatchHeader, set_log_append_time
+
+__all__ = [
+    "Partition",
+    "Produce",
+    "ProduceResult",
+    "Read",
+    "ReadResult",
+    "FetchBudget",
+    "WatchHighWatermark",
+    "ListOffset",
+    "ListOffsetResult",
+    "EpochEndOffset",
+    "PartitionInfo",
+    "Delete",
+    "UpdateSettings",
+]
+
+log = logging.getLogger(__name__)
+
+EARLIEST_TIMESTAMP = -2
+LATEST_TIMESTAMP = -1
+MAX_TIMESTAMP = -3
+EARLIEST_LOCAL_TIMESTAMP = -4
+
+
+# Messages ---------------------------------------------------------------------------------
+
+
+class ProduceResult(NamedTuple):
+    error: ErrorCode
+    base_offset: int = -1
+    log_append_time_ms: int = -1
+    log_start_offset: int = -1
+    message: str | None = None
+
+
+class Produce(NamedTuple):
+    """Append validated batches. `reply` is None for acks=0."""
+
+    records: memoryview  # writable: offsets are patched in place
+    headers: list[BatchHeader]
+    acks: int
+    reply: Callable[[ProduceResult], None] | None
+
+
+class FetchBudget:
+    """Bytes left for one fetch response, shared by its partitions in request order."""
+
+    __slots__ = ("remaining", "taken")
+
+    def __init__(self, max_bytes: int) -> None:
+        self.remaining = max_bytes
+        self.taken = 0
+
+
+class ReadResult(NamedTuple):
+    error: ErrorCode
+    high_watermark: int = -1
+    log_start_offset: int = -1
+    records: FileSlice | memoryview | None = None
+
+    @property
+    def size(self) -> int:
+        records = self.records
+        if records is None:
+            return 0
+        return records.length if isinstance(records, FileSlice) else len(records)
+
+
+class Read(NamedTuple):
+    offset: int
+    max_bytes: int
+    current_leader_epoch: int
+    budget: FetchBudget
+    reply: Callable[[ReadResult], None]
+
+
+class WatchHighWatermark(NamedTuple):
+    """Call `callback()` once, the next time the high watermark moves (or the partition goes)."""
+
+    callback: Callable[[], None]
+
+
+class ListOffsetResult(NamedTuple):
+    error: ErrorCode
+    timestamp: int = -1
+    offset: int = -1
+    leader_epoch: int = -1
+
+
+class ListOffset(NamedTuple):
+    timestamp: int
+    current_leader_epoch: int
+    reply: Callable[[ListOffsetResult], None]
+
+
+class EpochEndOffset(NamedTuple):
+    """OffsetForLeaderEpoch: the end offset of `leader_epoch`; replies (error, epoch, offset)."""
+
+    leader_epoch: int
+    current_leader_epoch: int
+    reply: Callable[[tuple[ErrorCode, int, int]], None]
+
+
+class PartitionInfo(NamedTuple):
+    """Replies a dict of offsets (for describe tools and tests)."""
+
+    reply: Callable[[dict[str, int]], None]
+
+
+class Delete(NamedTuple):
+    """The topic was deleted: fail waiters, close the log, remove the directory, stop."""
+
+
+class UpdateSettings(NamedTuple):
+    settings: TopicSettings
+
+
+class _FlushDone(NamedTuple):
+    ticket: Any
+    error: BaseException | None
+
+
+# The actor --------------------------------------------------------------------------------
+
+
+class Partition(LoopActor):
+    def __init__(
+        self,
+        topic: str,
+        index: int,
+        directory: Path,
+        settings: TopicSettings,
+        services: Services,
+    ) -> None:
+        super().__init__()
+        self.topic = topic
+        self.index = index
+        self.directory = directory
+        self.settings = settings
+        self.services = services
+        self.leader_epoch = 0  # one node, no elections yet: the epoch never moves
+        self.high_watermark = 0
+        self._producers = ProducerStateTable()
+        # (offset the flush must pass, reply, result): answered in order as flushes complete.
+        self._waiters: collections.deque[tuple[int, Callable[[ProduceResult], None], ProduceResult]]
+        self._waiters = collections.deque()
+        self._watchers: list[Callable[[], None]] = []
+        self._flushing = False
+        self._failed: ErrorCode | None = None
+        self._log: DiskLog | None = None
+        self._handlers: dict[type, Callable[[Any], None]] = {
+            Produce: self._produce,
+            Read: self._read,
+            WatchHighWatermark: self._watch,
+            ListOffset: self._list_offset,
+            EpochEndOffset: self._epoch_end_offset,
+            PartitionInfo: self._info,
+            _FlushDone: self._flush_done,
+            Delete: self._delete,
+            UpdateSettings: self._update_settings,
+        }
+
+    def __str__(self) -> str:
+        return f"Partition({self.topic}-{self.index})"
+
+    # Lifecycle ----------------------------------------------------------------------------
+
+    def on_start(self) -> None:
+        self._log = DiskLog.open(self.directory, self._log_config())
+        self._rebuild_producer_state()
+        self.high_watermark = self._log.flushed_offset
+
+    def on_stop(self) -> None:
+        if self._log is not None:
+            self._log.flush()
+            self._log.close()
+            self._log = None
+        self._fail_waiters(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        self._wake_watchers()
+
+    def on_receive(self, message: Any) -> Any:
+        handler = self._handlers.get(type(message))
+        if handler is None:
+            return super().on_receive(message)
+        return handler(message)
+
+    def _log_config(self) -> LogConfig:
+        return LogConfig(
+            segment_bytes=self.settings.segment_bytes, segment_ms=self.settings.segment_ms
+        )
+
+    def _rebuild_producer_state(self) -> None:
+        assert self._log is not None
+        for header in self._log.iter_batch_headers(self._log.log_start_offset):
+            if header.producer_id >= 0 and not header.is_control:
+                self._producers.record(
+                    header.producer_id,
+                    header.producer_epoch,
+                    header.base_sequence,
+                    header.base_offset,
+                    header.last_offset,
+                )
+
+    # Produce ------------------------------------------------------------------------------
+
+    def _produce(self, m: Produce) -> None:
+        log_ = self._log
+        if log_ is None or self._failed is not None:
+            self._answer(m, ProduceResult(self._failed or ErrorCode.NOT_LEADER_OR_FOLLOWER))
+            return
+        limit = self.settings.max_message_bytes
+        for header in m.headers:
+            if header.size > limit:
+                message = f"batch of {header.size} bytes is over max.message.bytes={limit}"
+                self._answer(m, ProduceResult(ErrorCode.MESSAGE_TOO_LARGE, message=message))
+                return
+        duplicate = self._check_sequences(m)
+        if duplicate is not None:
+            return
+        now = now_ms()
+        append_time = -1
+        if self.settings.log_append_time:
+            append_time = now
+            for header in m.headers:
+                set_log_append_time(m.records, header, now)
+        first_base = log_.next_offset
+        result = log_.append(m.records, m.headers, self.leader_epoch, now)  # type: ignore[arg-type]
+        self._record_producers(m.headers, first_base)
+        produced = ProduceResult(
+            ErrorCode.NONE, result.base_offset, append_time, log_.log_start_offset
+        )
+        if self.settings.write_caching:
+            self._advance_high_watermark(log_.written_offset)
+            self._answer(m, produced)
+        elif m.reply is not None:
+            self._waiters.append((result.last_offset + 1, m.reply, produced))
+        self._start_flush()
+
+    def _check_sequences(self, m: Produce) -> bool | None:
+        """Answer and return True if the request is a duplicate or out of order; else None."""
+        for header in m.headers:
+            if header.producer_id < 0:
+                continue
+            check = self._producers.check(
+                header.producer_id,
+                header.producer_epoch,
+                header.base_sequence,
+                header.last_offset_delta,
+            )
+            if check.error is not None:
+                log.debug("%s: producer %d: %s", self, header.producer_id, check.error.name)
+                self._answer(m, ProduceResult(check.error))
+                return True
+            if check.duplicate is not None:
+                # Already appended: answer with the original offset once that is durable.
+                batch = check.duplicate
+                result = ProduceResult(ErrorCode.NONE, batch.first_offset, -1, self._start())
+                if m.reply is not None:
+                    if batch.last_offset < self.high_watermark:
+                        m.reply(result)
+                    else:
+                        self._waiters.append((batch.last_offset + 1, m.reply, result))
+                return True
+        return None
+
+    def _record_producers(self, headers: list[BatchHeader], first_base: int) -> None:
+        base = first_base
+        for header in headers:
+            if header.producer_id >= 0:
+                self._producers.record(
+                    header.producer_id,
+                    header.producer_epoch,
+                    header.base_sequence,
+                    base,
+                    base + header.last_offset_delta,
+                )
+            base += header.last_offset_delta + 1
+
+    def _answer(self, m: Produce, result: ProduceResult) -> None:
+        if m.reply is not None:
+            m.reply(result)
+
+    def _start(self) -> int:
+        return self._log.log_start_offset if self._log is not None else -1
+
+    # Flush --------------------------------------------------------------------------------
+
+    def _start_flush(self) -> None:
+        if self._flushing or self._log is None:
+            return
+        ticket = self._log.flush_prepare()
+        if ticket is None:
+            return
+        self._flushing = True
+        ref = self.actor_ref
+        self.services.run_blocking(
+            ticket.run, lambda _result, error: ref.tell(_FlushDone(ticket, error))
+        )
+
+    def _flush_done(self, m: _FlushDone) -> None:
+        self._flushing = False
+        if self._log is None:
+            return
+        if m.error is not None:
+            # The data may not be on disk: never acknowledge it. Kafka takes the log dir
+            # offline on an I/O error; this partition stops taking writes.
+            log.critical("%s: fdatasync failed: %r; partition offline", self, m.error)
+            self._failed = ErrorCode.KAFKA_STORAGE_ERROR
+            self._fail_waiters(ErrorCode.KAFKA_STORAGE_ERROR)
+            return
+        self._log.flush_complete(m.ticket)
+        flushed = self._log.flushed_offset
+        if not self.settings.write_caching:
+            self._advance_high_watermark(flushed)
+        waiters = self._waiters
+        while waiters and waiters[0][0] <= flushed:
+            _, reply, result = waiters.popleft()
+            reply(result)
+        self._start_flush()
+
+    def _advance_high_watermark(self, offset: int) -> None:
+        if offset > self.high_watermark:
+            self.high_watermark = offset
+            self._wake_watchers()
+
+    def _wake_watchers(self) -> None:
+        watchers, self._watchers = self._watchers, []
+        for callback in watchers:
+            callback()
+
+    def _fail_waiters(self, error: ErrorCode) -> None:
+        waiters, self._waiters = self._waiters, collections.deque()
+        for _, reply, _ in waiters:
+            reply(ProduceResult(error))
+
+    # Reads --------------------------------------------------------------------------------
+
+    def _epoch_error(self, current_leader_epoch: int) -> ErrorCode | None:
+        if current_leader_epoch < 0 or current_leader_epoch == self.leader_epoch:
+            return None
+        if current_leader_epoch < self.leader_epoch:
+            return ErrorCode.FENCED_LEADER_EPOCH
+        return ErrorCode.UNKNOWN_LEADER_EPOCH
+
+    def _read(self, m: Read) -> None:
+        log_ = self._log
+        if log_ is None:
+            m.reply(ReadResult(ErrorCode.NOT_LEADER_OR_FOLLOWER))
+            return
+        error = self._epoch_error(m.current_leader_epoch)
+        if error is not None:
+            m.reply(ReadResult(error))
+            return
+        hwm, start = self.high_watermark, log_.log_start_offset
+        if m.offset < start or m.offset > log_.next_offset:
+            m.reply(ReadResult(ErrorCode.OFFSET_OUT_OF_RANGE, hwm, start))
+            return
+        budget = m.budget
+        limit = min(m.max_bytes, budget.remaining)
+        if m.offset >= hwm or (limit <= 0 and budget.taken):
+            m.reply(ReadResult(ErrorCode.NONE, hwm, start))
+            return
+        try:
+            records = log_.read(m.offset, max(limit, 1), hwm)
+        except OffsetOutOfRange:
+            m.reply(ReadResult(ErrorCode.OFFSET_OUT_OF_RANGE, hwm, start))
+            return
+        result = ReadResult(ErrorCode.NONE, hwm, start, records)
+        size = result.size
+        if size > limit and budget.taken:
+            # Only the first batch of a response may exceed the limit (KIP-74).
+            result = ReadResult(ErrorCode.NONE, hwm, start)
+            size = 0
+        budget.remaining -= size
+        budget.taken += size
+        m.reply(result)
+
+    def _watch(self, m: WatchHighWatermark) -> None:
+        if self._log is None:
+            m.callback()
+        else:
+            self._watchers.append(m.callback)
+
+    def _list_offset(self, m: ListOffset) -> None:
+        log_ = self._log
+        if log_ is None:
+            m.reply(ListOffsetResult(ErrorCode.NOT_LEADER_OR_FOLLOWER))
+            return
+        error = self._epoch_error(m.current_leader_epoch)
+        if error is not None:
+            m.reply(ListOffsetResult(error))
+            return
+        epoch = self.leader_epoch
+        if m.timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
+            m.reply(ListOffsetResult(ErrorCode.NONE, -1, log_.log_start_offset, epoch))
+        elif m.timestamp == LATEST_TIMESTAMP:
+            m.reply(ListOffsetResult(ErrorCode.NONE, -1, self.high_watermark, epoch))
+        elif m.timestamp == MAX_TIMESTAMP:
+            found = log_.max_timestamp()
+            if found is None or found[0] >= self.high_watermark:
+                m.reply(ListOffsetResult(ErrorCode.NONE, -1, -1, -1))
+            else:
+                m.reply(ListOffsetResult(ErrorCode.NONE, found[1], found[0], epoch))
+        elif m.timestamp < 0:
+            m.reply(ListOffsetResult(ErrorCode.INVALID_REQUEST))
+        else:
+            found = log_.offset_for_timestamp(m.timestamp)
+            if found is None or found[0] >= self.high_watermark:
+                m.reply(ListOffsetResult(ErrorCode.NONE, -1, -1, -1))
+            else:
+                m.reply(ListOffsetResult(ErrorCode.NONE, found[1], found[0], epoch))
+
+    def _epoch_end_offset(self, m: EpochEndOffset) -> None:
+        log_ = self._log
+        if log_ is None:
+            m.reply((ErrorCode.NOT_LEADER_OR_FOLLOWER, -1, -1))
+            return
+        error = self._epoch_error(m.current_leader_epoch)
+        if error is not None:
+            m.reply((error, -1, -1))
+        elif m.leader_epoch > self.leader_epoch:
+            m.reply((ErrorCode.NONE, -1, -1))  # UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
+        else:
+            # Every batch so far was written in epoch 0, the only epoch there has been.
+            m.reply((ErrorCode.NONE, self.leader_epoch, log_.next_offset))
+
+    def _info(self, m: PartitionInfo) -> None:
+        log_ = self._log
+        assert log_ is not None
+        m.reply(
+            {
+                "log_start_offset": log_.log_start_offset,
+                "high_watermark": self.high_watermark,
+                "next_offset": log_.next_offset,
+                "written_offset": log_.written_offset,
+                "flushed_offset": log_.flushed_offset,
+                "producers": len(self._producers),
+            }
+        )
+
+    # Topic changes ------------------------------------------------------------------------
+
+    def _update_settings(self, m: UpdateSettings) -> None:
+        self.settings = m.settings
+
+    def _delete(self, m: Delete) -> None:
+        self._fail_waiters(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+        shutil.rmtree(self.directory, ignore_errors=True)
+        self._wake_watchers()
+        self.stop_now()
+

@@ -1,0 +1,109 @@
+"""Idempotent-producer state of one partition: a pure table, rebuilt from the log on start.
+
+For each producer id the partition remembers the current epoch and the last few batches
+(first and last sequence, first and last offset), as Kafka does. A new batch is checked
+against them before it is appended:
+
+    epoch older than current               -> INVALID_PRODUCER_EPOCH
+    epoch newer than current, sequence != 0 -> OUT_OF_ORDER_SEQUENCE_NUMBER
+    same sequences as a remembered batch    -> duplicate: answer with that batch's offsets
+    first sequence != last sequence + 1     -> OUT_OF_ORDER_SEQUENCE_NUMBER
+    producer unknown to this partition      -> accepted with any sequence (Kafka >= 2.5)
+
+Sequences wrap at int32 max. Nothing here does I/O; the Partition actor feeds it.
+"""
+
+from __future__ import annotations
+
+import collections
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+from actors import limits
+from wire.errors import ErrorCode
+
+__all__ = ["ProducerStateTable", "SequenceCheck", "RememberedBatch"]
+
+_INT32_MAX = 2**31 - 1
+
+
+def _next_sequence(sequence: int, count: int) -> int:
+    return (sequence + count) % (_INT32_MAX + 1)
+
+
+class RememberedBatch(NamedTuple):
+    first_sequence: int
+    last_sequence: int
+    first_offset: int
+    last_offset: int
+
+
+class SequenceCheck(NamedTuple):
+    """Outcome of a check: an error, a duplicate of a remembered batch, or accepted (both None)."""
+
+    error: ErrorCode | None = None
+    duplicate: RememberedBatch | None = None
+
+
+@dataclass(slots=True)
+class _Producer:
+    epoch: int
+    batches: collections.deque[RememberedBatch] = field(
+        default_factory=lambda: collections.deque(maxlen=limits.producer_batches_remembered)
+    )
+
+
+class ProducerStateTable:
+    def __init__(self) -> None:
+        self._producers: dict[int, _Producer] = {}
+
+    def __len__(self) -> int:
+        return len(self._producers)
+
+    def check(
+        self, producer_id: int, epoch: int, first_sequence: int, last_offset_delta: int
+    ) -> SequenceCheck:
+        producer = self._producers.get(producer_id)
+        if producer is None:
+            return SequenceCheck()
+        if epoch < producer.epoch:
+            return SequenceCheck(error=ErrorCode.INVALID_PRODUCER_EPOCH)
+        if epoch > producer.epoch:
+            if first_sequence != 0:
+                return SequenceCheck(error=ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER)
+            return SequenceCheck()
+        last_sequence = _next_sequence(first_sequence, last_offset_delta)
+        for batch in producer.batches:
+            if batch.first_sequence == first_sequence and batch.last_sequence == last_sequence:
+                return SequenceCheck(duplicate=batch)
+        if producer.batches:
+            expected = _next_sequence(producer.batches[-1].last_sequence, 1)
+            if first_sequence != expected:
+                return SequenceCheck(error=ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER)
+        return SequenceCheck()
+
+    def record(
+        self,
+        producer_id: int,
+        epoch: int,
+        first_sequence: int,
+        first_offset: int,
+        last_offset: int,
+    ) -> None:
+        """Remember a batch that was appended at [first_offset, last_offset]."""
+        producer = self._producers.get(producer_id)
+        if producer is None or epoch > producer.epoch:
+            producer = _Producer(epoch)
+            self._producers[producer_id] = producer
+        last_sequence = _next_sequence(first_sequence, last_offset - first_offset)
+        producer.batches.append(
+            RememberedBatch(first_sequence, last_sequence, first_offset, last_offset)
+        )
+
+    def forget_from(self, offset: int) -> None:
+        """Drop every remembered batch at or after `offset` (the log was truncated there)."""
+        for producer_id in list(self._producers):
+            producer = self._producers[producer_id]
+            kept = [b for b in producer.batches if b.last_offset < offset]
+            producer.batches.clear()
+            producer.batches.extend(kept)

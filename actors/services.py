@@ -1,0 +1,82 @@
+"""What the shard runtime hands its actors: settings, the topic table, partition lookup, I/O.
+
+Actors know no shard (DESIGN.md §1): they reach partitions, the controller, the clock and the
+blocking-I/O pool through this interface, which the shard runtime implements. A test can
+implement it with plain objects.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from pykka import ActorRef
+
+__all__ = ["BrokerSettings", "TopicInfo", "TopicTable", "Services", "now_ms"]
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerSettings:
+    """The node's settings that actors need, copied from the node configuration."""
+
+    node_id: int
+    advertised_host: str
+    advertised_port: int
+    data_dir: str
+    cluster_id: str
+    auto_create_topics: bool = True
+    default_partitions: int = 1
+    message_max_bytes: int = 1048588
+    segment_bytes: int = 128 * 1024 * 1024
+    segment_ms: int = 7 * 24 * 3600 * 1000
+
+
+@dataclass(frozen=True, slots=True)
+class TopicInfo:
+    name: str
+    topic_id: bytes  # 16 bytes, a random UUID fixed at creation
+    partitions: int
+    configs: dict[str, str] = field(default_factory=dict)  # only the keys set explicitly
+    internal: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class TopicTable:
+    """An immutable snapshot of every topic; replaced whole when a topic changes."""
+
+    topics: dict[str, TopicInfo] = field(default_factory=dict)
+    version: int = 0
+
+    def by_id(self, topic_id: bytes) -> TopicInfo | None:
+        for info in self.topics.values():
+            if info.topic_id == topic_id:
+                return info
+        return None
+
+
+class Services(Protocol):
+    settings: BrokerSettings
+
+    def topics(self) -> TopicTable:
+        """The current topic table snapshot."""
+        ...
+
+    def partition(self, topic: str, index: int) -> ActorRef[Any] | None:
+        """The actor owning that partition, or None if it does not exist."""
+        ...
+
+    def controller(self) -> ActorRef[Any]:
+        """The actor owning cluster metadata (topics, producer ids)."""
+        ...
+
+    def run_blocking(
+        self, fn: Callable[[], Any], done: Callable[[Any, BaseException | None], None]
+    ) -> None:
+        """Run `fn` on the I/O pool; call `done(result, error)` back on the loop thread."""
+        ...
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000

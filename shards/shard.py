@@ -1,0 +1,241 @@
+"""One shard: the process that runs one core's actors on one event loop.
+
+Started by the supervisor as `python -m shards.shard --shard N --config-json ...`. It pins
+itself to its core, binds the actor runtime to its loop, starts the Controller (which loads the
+topic table and publishes it) and a Partition actor per partition, and listens on the Kafka
+port with SO_REUSEPORT, so the kernel spreads connections over the shards. Each accepted
+socket becomes a Connection actor.
+
+This class also implements `actors.services.Services`: it is how actors reach each other and
+the I/O pool without knowing which shard they are on.
+
+SIGTERM/SIGINT: stop accepting, stop every actor (connections close; partitions flush and
+close their logs), then exit 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import concurrent.futures
+import logging
+import os
+import resource
+import signal
+import socket
+import sys
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from pykka import ActorRef, ActorRegistry
+
+from actors.connection import Connection
+from actors.controller import Controller, load_cluster_id
+from actors.partition import Delete, Partition, UpdateSettings
+from actors.runtime import bind_loop, stop_all_actors
+from actors.services import BrokerSettings, TopicTable
+from actors.topic_config import TopicSettings
+from shards import limits
+from shards.config import NodeConfig
+
+__all__ = ["Shard", "main"]
+
+log = logging.getLogger(__name__)
+
+
+class Shard:
+    def __init__(self, config: NodeConfig, shard_id: int) -> None:
+        self.config = config
+        self.shard_id = shard_id
+        host, port = config.advertise
+        self.settings = BrokerSettings(
+            node_id=config.node_id,
+            advertised_host=host,
+            advertised_port=port,
+            data_dir=str(Path(config.data_dir).resolve()),
+            cluster_id=load_cluster_id(config.data_dir),
+            auto_create_topics=config.auto_create_topics,
+            default_partitions=config.default_partitions,
+            message_max_bytes=config.message_max_bytes,
+            segment_bytes=config.segment_bytes,
+            segment_ms=config.segment_ms,
+        )
+        self.loop = asyncio.new_event_loop()
+        self._pool = concurrent.futures.ThreadPoolExecutor(
+            max_workers=limits.io_threads, thread_name_prefix=f"shard{shard_id}-io"
+        )
+        self._table = TopicTable()
+        self._partitions: dict[tuple[str, int], ActorRef[Any]] = {}
+        self._topic_settings: dict[str, TopicSettings] = {}
+        self._controller: ActorRef[Any] | None = None
+        self._listener: socket.socket | None = None
+        self._stopping = False
+
+    # Services -----------------------------------------------------------------------------
+
+    def topics(self) -> TopicTable:
+        return self._table
+
+    def partition(self, topic: str, index: int) -> ActorRef[Any] | None:
+        return self._partitions.get((topic, index))
+
+    def controller(self) -> ActorRef[Any]:
+        assert self._controller is not None
+        return self._controller
+
+    def run_blocking(
+        self, fn: Callable[[], Any], done: Callable[[Any, BaseException | None], None]
+    ) -> None:
+        loop = self.loop
+
+        def finished(future: concurrent.futures.Future[Any]) -> None:
+            error = future.exception()
+            result = None if error is not None else future.result()
+            loop.call_soon_threadsafe(done, result, error)
+
+        self._pool.submit(fn).add_done_callback(finished)
+
+    # Topic table --------------------------------------------------------------------------
+
+    def on_topics_changed(self, table: TopicTable) -> None:
+        """Start and stop Partition actors so this shard owns exactly the table's partitions."""
+        old = self._table
+        self._table = table
+        for name, info in table.topics.items():
+            settings = TopicSettings.of(info.configs, self.settings)
+            previous = old.topics.get(name)
+            if previous is not None and previous.topic_id != info.topic_id:
+                self._delete_topic(name, previous.partitions)
+                previous = None
+            if previous is not None and self._topic_settings.get(name) != settings:
+                for index in range(previous.partitions):
+                    self._partitions[(name, index)].tell(UpdateSettings(settings))
+            self._topic_settings[name] = settings
+            first_new = previous.partitions if previous is not None else 0
+            for index in range(first_new, info.partitions):
+                directory = Path(self.settings.data_dir) / f"{name}-{index}"
+                self._partitions[(name, index)] = Partition.start(
+                    name, index, directory, settings, self
+                )
+        for name, info in old.topics.items():
+            if name not in table.topics:
+                self._delete_topic(name, info.partitions)
+
+    def _delete_topic(self, name: str, partitions: int) -> None:
+        self._topic_settings.pop(name, None)
+        for index in range(partitions):
+            ref = self._partitions.pop((name, index), None)
+            if ref is not None:
+                ref.tell(Delete())
+
+    # Serving ------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        bind_loop(self.loop)
+        asyncio.set_event_loop(self.loop)
+        self._controller = Controller.start(self.settings, self.on_topics_changed)
+        self._listener = _listen(self.config.listen)
+        self.loop.add_reader(self._listener.fileno(), self._accept)
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            self.loop.add_signal_handler(signum, self.stop)
+        host, port = self.config.listen
+        log.info(
+            "shard %d (pid %d, core %s) serving Kafka on %s:%d, data in %s",
+            self.shard_id,
+            os.getpid(),
+            ",".join(map(str, sorted(os.sched_getaffinity(0)))),
+            host,
+            port,
+            self.settings.data_dir,
+        )
+
+    def _accept(self) -> None:
+        assert self._listener is not None
+        for _ in range(limits.accepts_per_turn_max):
+            try:
+                sock, _ = self._listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as e:
+                log.warning("accept failed: %s", e)
+                return
+            Connection.start(sock, self)
+
+    def stop(self) -> None:
+        if self._stopping:
+            return
+        self._stopping = True
+        log.info("shard %d stopping", self.shard_id)
+        if self._listener is not None:
+            self.loop.remove_reader(self._listener.fileno())
+            self._listener.close()
+        stop_all_actors()
+        self.loop.call_soon(self._check_stopped, self.loop.time() + limits.shard_drain_timeout_s)
+
+    def _check_stopped(self, deadline: float) -> None:
+        if ActorRegistry.get_all() and self.loop.time() < deadline:
+            self.loop.call_later(0.01, self._check_stopped, deadline)
+            return
+        self.loop.stop()
+
+    def run(self) -> None:
+        self.start()
+        try:
+            self.loop.run_forever()
+        finally:
+            self._pool.shutdown(wait=True)
+            self.loop.close()
+        log.info("shard %d stopped", self.shard_id)
+
+
+def _listen(address: tuple[str, int]) -> socket.socket:
+    host, port = address
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    sock.bind((host, port))
+    sock.listen(limits.listen_backlog)
+    sock.setblocking(False)
+    return sock
+
+
+def _raise_open_files_limit() -> None:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = min(hard, limits.open_files_wanted) if hard != resource.RLIM_INFINITY else limits.open_files_wanted
+    if soft < wanted:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+
+
+def setup_logging(level: str, shard_id: int | None) -> None:
+    who = "supervisor" if shard_id is None else f"shard{shard_id}"
+    logging.basicConfig(
+        level=getattr(logging, level.upper(), logging.INFO),
+        format=f"%(asctime)s %(levelname)s {who} %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="shards.shard")
+    parser.add_argument("--shard", type=int, required=True)
+    parser.add_argument("--core", type=int, required=True)
+    parser.add_argument("--config-json", required=True)
+    args = parser.parse_args(argv)
+    config = NodeConfig.from_json(args.config_json)
+    setup_logging(config.log_level, args.shard)
+    os.sched_setaffinity(0, {args.core})
+    _raise_open_files_limit()
+    threading.current_thread().name = f"shard{args.shard}"
+    try:
+        Shard(config, args.shard).run()
+    except OSError as e:
+        log.error("shard %d cannot serve: %s", args.shard, e)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,132 @@
+"""The node supervisor: starts one shard process per core, watches them, stops them.
+
+`krill start` lands here. The supervisor takes the data directory's lock (two nodes on one
+directory would corrupt it), starts the shard processes, and then only waits:
+
+- SIGTERM/SIGINT: forward SIGTERM to every shard, wait for each to flush and exit (killing
+  any that outlive `shard_stop_timeout_s`), exit 0.
+- A shard exits on its own: log which one and how, stop the others cleanly, exit 1. Like
+  Seastar, the node fails fast rather than run with a core missing; nothing acknowledged was
+  lost (acks are answered only after fdatasync) and a restart recovers the logs.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import IO
+
+from shards import limits
+from shards.config import NodeConfig
+from shards.shard import setup_logging
+
+__all__ = ["run"]
+
+log = logging.getLogger("krill.supervisor")
+
+# Shard processes per node this build can run: several shards need the shard table and the
+# pipe mesh (per-core shards), which are not built yet.
+_SHARDS_SUPPORTED = 1
+
+
+def run(config: NodeConfig) -> int:
+    setup_logging(config.log_level, None)
+    data_dir = Path(config.data_dir)
+    data_dir.mkdir(parents=True, exist_ok=True)
+    lock = _lock_data_dir(data_dir)
+    if lock is None:
+        print(f"krill: error: data directory {data_dir} is in use by another node", file=sys.stderr)
+        return 1
+    shards = min(config.smp, _SHARDS_SUPPORTED)
+    if config.smp > shards:
+        log.warning(
+            "--smp %d asked for; this build runs %d shard per node (per-core shards come next)",
+            config.smp,
+            shards,
+        )
+    cores = sorted(os.sched_getaffinity(0))
+    stopping = False
+
+    def request_stop(signum: int, _frame: object) -> None:
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGTERM, request_stop)
+    signal.signal(signal.SIGINT, request_stop)
+    children = []
+    for shard_id in range(shards):
+        core = cores[shard_id % len(cores)]
+        log.info("shard %d owns core %d", shard_id, core)
+        children.append(_start_shard(config, shard_id, core))
+    host, port = config.listen
+    log.info("node %d listening on %s:%d with %d shard(s)", config.node_id, host, port, shards)
+    code = _watch(children, lambda: stopping)
+    lock.close()
+    return code
+
+
+def _start_shard(config: NodeConfig, shard_id: int, core: int) -> subprocess.Popen[bytes]:
+    command = [
+        sys.executable,
+        "-m",
+        "shards.shard",
+        "--shard",
+        str(shard_id),
+        "--core",
+        str(core),
+        "--config-json",
+        config.to_json(),
+    ]
+    # The shard ignores the terminal's SIGINT: the supervisor decides when it stops.
+    return subprocess.Popen(command, preexec_fn=_ignore_sigint)
+
+
+def _ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _watch(children: list[subprocess.Popen[bytes]], stopping: object) -> int:
+    assert callable(stopping)
+    while True:
+        if stopping():
+            log.info("stopping node")
+            _stop_all(children)
+            return 0
+        for shard_id, child in enumerate(children):
+            code = child.poll()
+            if code is not None:
+                how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
+                log.error("shard %d (pid %d) %s; stopping the node", shard_id, child.pid, how)
+                _stop_all(children)
+                return 1
+        time.sleep(0.05)
+
+
+def _stop_all(children: list[subprocess.Popen[bytes]]) -> None:
+    for child in children:
+        if child.poll() is None:
+            child.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + limits.shard_stop_timeout_s
+    for shard_id, child in enumerate(children):
+        try:
+            child.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            log.error("shard %d did not stop in time; killing it", shard_id)
+            child.kill()
+            child.wait()
+
+
+def _lock_data_dir(data_dir: Path) -> IO[bytes] | None:
+    handle = open(data_dir / ".lock", "wb")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.close()
+        return None
+    return handle

@@ -1,0 +1,42 @@
+"""Small metadata files written atomically: temp file, fsync, rename, fsync of the directory.
+
+A crash at any moment leaves either the old file or the new one, never a torn mix
+(DESIGN.md §6). Used for the topic table, the cluster id and producer-id blocks.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+__all__ = ["write_json_atomic", "read_json"]
+
+
+def write_json_atomic(path: str | Path, value: Any) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temp = path.with_name(path.name + ".tmp")
+    data = json.dumps(value, indent=1, sort_keys=True).encode()
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(temp, path)
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def read_json(path: str | Path, default: Any = None) -> Any:
+    """The file's value, or `default` if it does not exist. A leftover temp file is ignored."""
+    try:
+        with open(path, "rb") as f:
+            return json.loads(f.read())
+    except FileNotFoundError:
+        return default

@@ -1,0 +1,132 @@
+"""A real Krill node in a child process, for integration tests.
+
+Starts `python -m shards.cli start` on a free 127.0.0.1 port with its own data directory, in
+its own process group (so `kill9()` takes the supervisor and every shard at once, as a power
+cut would), and always stops it in teardown.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+__all__ = ["BrokerProcess", "free_port"]
+
+REPO = Path(__file__).resolve().parents[2]
+_START_TIMEOUT_S = 30.0
+_STOP_TIMEOUT_S = 30.0
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class BrokerProcess:
+    def __init__(self, data_dir: Path, *extra_args: str, port: int | None = None) -> None:
+        self.data_dir = data_dir
+        self.port = port or free_port()
+        self.extra_args = list(extra_args)
+        self.log_path = data_dir.parent / f"{data_dir.name}-broker.log"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self) -> BrokerProcess:
+        assert self.process is None, "already running"
+        log = open(self.log_path, "ab")
+        self.process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "shards.cli",
+                "start",
+                "--listen",
+                self.bootstrap,
+                "--data-dir",
+                str(self.data_dir),
+                "--smp",
+                "1",
+                *self.extra_args,
+            ],
+            cwd=REPO,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        log.close()
+        self._wait_ready()
+        return self
+
+    def _wait_ready(self) -> None:
+        deadline = time.monotonic() + _START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            assert self.process is not None
+            if self.process.poll() is not None:
+                raise RuntimeError(f"broker exited at start:\n{self.log()}")
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
+                    return
+            except OSError:
+                time.sleep(0.05)
+        raise RuntimeError(f"broker did not listen within {_START_TIMEOUT_S}s:\n{self.log()}")
+
+    def log(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-20000:]
+        except FileNotFoundError:
+            return ""
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def stop(self) -> int | None:
+        """SIGTERM and wait; returns the exit code (None if it was not running)."""
+        process, self.process = self.process, None
+        if process is None:
+            return None
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                return process.wait(timeout=_STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                _kill_group(process.pid)
+                process.wait()
+                raise RuntimeError(f"broker ignored SIGTERM:\n{self.log()}") from None
+        _kill_group(process.pid)  # shards of a supervisor that died
+        return process.returncode
+
+    def kill9(self) -> None:
+        """SIGKILL the supervisor and every shard process at once."""
+        process, self.process = self.process, None
+        if process is None:
+            return
+        _kill_group(process.pid)
+        process.wait()
+
+    def restart(self) -> BrokerProcess:
+        self.stop()
+        return self.start()
+
+
+def _kill_group(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    # Wait for the shard processes to be gone, so the next start can take the lock and port.
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.02)

@@ -1,0 +1,106 @@
+"""A minimal blocking Kafka client on Krill's own codec, for tests that need exact requests.
+
+Real client libraries cannot send malformed frames, chosen versions or duplicate batches on
+purpose; this can. It speaks one request at a time unless told to pipeline.
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+from typing import Any
+
+from wire.messages import (
+    request_class,
+    request_header_version,
+    response_class,
+    response_header_version,
+)
+from wire.messages.request_header import RequestHeader
+from wire.messages.response_header import ResponseHeader
+from wire.primitives import Reader, Writer
+
+__all__ = ["RawClient"]
+
+_TIMEOUT_S = 10.0
+
+
+class RawClient:
+    def __init__(self, bootstrap: str, client_id: str = "raw-test") -> None:
+        host, port = bootstrap.rsplit(":", 1)
+        self.sock = socket.create_connection((host, int(port)), timeout=_TIMEOUT_S)
+        self.client_id = client_id
+        self._correlation = 0
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def __enter__(self) -> RawClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def encode(self, api_key: int, version: int, request: Any, correlation_id: int) -> bytes:
+        writer = Writer()
+        at = writer.reserve_int32()
+        RequestHeader(
+            request_api_key=api_key,
+            request_api_version=version,
+            correlation_id=correlation_id,
+            client_id=self.client_id,
+        ).encode(writer, request_header_version(api_key, version))
+        request.encode(writer, version)
+        writer.patch_int32(at, writer.size - 4)
+        return writer.getvalue()
+
+    def send(self, api_key: int, version: int, request: Any) -> int:
+        self._correlation += 1
+        self.sock.sendall(self.encode(api_key, version, request, self._correlation))
+        return self._correlation
+
+    def send_raw(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def receive_frame(self) -> bytes | None:
+        """One response frame, or None if the broker closed the connection."""
+        size_bytes = self._read_exactly(4)
+        if size_bytes is None:
+            return None
+        (size,) = struct.unpack(">i", size_bytes)
+        return self._read_exactly(size)
+
+    def receive(self, api_key: int, version: int) -> tuple[int, Any]:
+        frame = self.receive_frame()
+        assert frame is not None, "connection closed by the broker"
+        reader = Reader(frame)
+        header = ResponseHeader.decode(reader, response_header_version(api_key, version))
+        body = response_class(api_key).decode(reader, version)
+        return header.correlation_id, body
+
+    def call(self, api_key: int, version: int, request: Any) -> Any:
+        correlation_id = self.send(api_key, version, request)
+        got, body = self.receive(api_key, version)
+        assert got == correlation_id
+        return body
+
+    def _read_exactly(self, n: int) -> bytes | None:
+        chunks = []
+        while n:
+            chunk = self.sock.recv(n)
+            if not chunk:
+                return None
+            chunks.append(chunk)
+            n -= len(chunk)
+        return b"".join(chunks)
+
+    def closed_by_peer(self) -> bool:
+        """True if the broker closed this connection (EOF within the timeout)."""
+        try:
+            return self.sock.recv(1) == b""
+        except ConnectionResetError:
+            return True
+
+
+def request(api_key: int, **fields: Any) -> Any:
+    return request_class(api_key)(**fields)
