@@ -3,7 +3,7 @@
 A batch's record area (everything after the 61-byte header) is compressed as one blob with
 the codec in attributes bits 0-2: 0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd. Decompression is
 the place a hostile producer can make a few kilobytes grow into gigabytes, so each codec
-checks the output size against `limit` *before or while* producing it, never after:
+checks the output size against `limit` before or while producing it, never only after:
 
 - gzip: `zlib.decompressobj(max_length=...)` stops at limit + 1 bytes.
 - snappy: the raw format states its decompressed length up front (a varint preamble, which
@@ -12,8 +12,9 @@ checks the output size against `limit` *before or while* producing it, never aft
   kafka-python). Compression writes raw, as librdkafka does; every client reads both.
 - lz4: a frame states its block maximum (64 KiB .. 4 MiB) and the decoder rejects a block
   that would exceed it, so walking the block headers gives a sound bound before decoding.
-- zstd: frames need not state their content size (the Java client omits it), so the stream
-  is read in chunks and abandoned as soon as it passes the limit.
+- zstd: a frame that states its content size is held to it by the decoder; one that does not
+  (the Java client's streams) is fed in steps small enough that no step can yield more than
+  the budget left, and abandoned as soon as the output passes the limit.
 
 Any failure — unknown codec, corrupt stream, output over the limit — is a DecodeError.
 Layout notes: shared/kafka-protocol/RECORD_BATCH.md.
@@ -69,9 +70,7 @@ def compress(codec: int, data: Buffer) -> bytes:
     raise ValueError(f"unknown compression codec {codec}")
 
 
-def decompress(
-    codec: int, data: Buffer, limit: int = limits.decompressed_bytes_max
-) -> bytes:
+def decompress(codec: int, data: Buffer, limit: int = limits.decompressed_bytes_max) -> bytes:
     """Decompress one batch's record area; DecodeError if corrupt or over `limit` bytes."""
     if codec == CODEC_NONE:
         if len(data) > limit:

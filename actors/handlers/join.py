@@ -5,7 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["Join"]
+from pykka import ActorDeadError, ActorRef
+
+__all__ = ["Join", "send"]
 
 
 class Join:
@@ -33,3 +35,13 @@ class Join:
     def fill(self, index: int, result: Any) -> None:
         """Fill a slot at once (an error found before any message was sent)."""
         self.slot(index)(result)
+
+
+def send(ref: ActorRef[Any], message: Any) -> bool:
+    """Tell `ref`; False if that actor has stopped (its topic was deleted, or the shard is
+    stopping), so the caller answers with an error instead of failing."""
+    try:
+        ref.tell(message)
+    except ActorDeadError:
+        return False
+    return True

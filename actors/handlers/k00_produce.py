@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from actors.handlers.join import Join
+from actors.handlers.join import Join, send
 from actors.partition import Produce, ProduceResult
 from wire import limits
 from wire.errors import DecodeError, ErrorCode
@@ -49,8 +49,7 @@ def handle(ctx: Any, request: ProduceRequest) -> None:
         error, message, headers = _check(acks, request.transactional_id, data.records)
         if error is None:
             ref = services.partition(topic, data.index)
-            if ref is not None:
-                ref.tell(Produce(data.records, headers, acks, reply))
+            if ref is not None and send(ref, Produce(data.records, headers, acks, reply)):
                 continue
             error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         if reply is not None:

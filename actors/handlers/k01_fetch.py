@@ -18,7 +18,7 @@ import time
 from typing import Any
 
 from actors import limits
-from actors.handlers.join import Join
+from actors.handlers.join import Join, send
 from actors.partition import FetchBudget, Read, ReadResult, WatchHighWatermark
 from actors.runtime import current_loop
 from wire.errors import ErrorCode
@@ -66,18 +66,10 @@ class _Fetch:
         budget = FetchBudget(self.max_bytes)
         join = Join(len(self.parts), self.read_done)
         for index, ((_, p), ref) in enumerate(zip(self.parts, self.refs, strict=True)):
-            if ref is None:
-                join.fill(index, ReadResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
-            else:
-                ref.tell(
-                    Read(
-                        p.fetch_offset,
-                        p.partition_max_bytes,
-                        p.current_leader_epoch,
-                        budget,
-                        join.slot(index),
-                    )
-                )
+            reply = join.slot(index)
+            read = Read(p.fetch_offset, p.partition_max_bytes, p.current_leader_epoch, budget, reply)
+            if ref is None or not send(ref, read):
+                reply(ReadResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
 
     def read_done(self, results: list[ReadResult]) -> None:
         total = sum(r.size for r in results)
@@ -91,7 +83,7 @@ class _Fetch:
         wake_round = self.round
         for ref in self.refs:
             if ref is not None:
-                ref.tell(WatchHighWatermark(lambda: self.wake(wake_round)))
+                send(ref, WatchHighWatermark(lambda: self.wake(wake_round)))
         self.timer = current_loop().call_later(remaining, self.expire, wake_round)
         self.last_results = results
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from actors.handlers.join import Join
+from actors.handlers.join import Join, send
 from actors.partition import ListOffset, ListOffsetResult
 from wire.errors import ErrorCode
 from wire.messages.list_offsets import ListOffsetsRequest, ListOffsetsResponse
@@ -53,7 +53,6 @@ def handle(ctx: Any, request: ListOffsetsRequest) -> None:
     join = Join(len(parts), done)
     for index, (topic, p) in enumerate(parts):
         ref = ctx.services.partition(topic, p.partition_index)
-        if ref is None:
+        query = ListOffset(p.timestamp, p.current_leader_epoch, join.slot(index))
+        if ref is None or not send(ref, query):
             join.fill(index, ListOffsetResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
-        else:
-            ref.tell(ListOffset(p.timestamp, p.current_leader_epoch, join.slot(index)))

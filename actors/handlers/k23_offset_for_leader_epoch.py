@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from actors.handlers.join import Join
+from actors.handlers.join import Join, send
 from actors.partition import EpochEndOffset as EpochEndOffsetQuery
 from wire.errors import ErrorCode
 from wire.messages.offset_for_leader_epoch import (
@@ -53,7 +53,6 @@ def handle(ctx: Any, request: OffsetForLeaderEpochRequest) -> None:
     join = Join(len(parts), done)
     for index, (topic, p) in enumerate(parts):
         ref = ctx.services.partition(topic, p.partition)
-        if ref is None:
+        query = EpochEndOffsetQuery(p.leader_epoch, p.current_leader_epoch, join.slot(index))
+        if ref is None or not send(ref, query):
             join.fill(index, (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, -1, -1))
-        else:
-            ref.tell(EpochEndOffsetQuery(p.leader_epoch, p.current_leader_epoch, join.slot(index)))

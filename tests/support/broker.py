@@ -98,10 +98,9 @@ class BrokerProcess:
             try:
                 return process.wait(timeout=_STOP_TIMEOUT_S)
             except subprocess.TimeoutExpired:
-                _kill_group(process.pid)
-                process.wait()
+                _kill_group(process)
                 raise RuntimeError(f"broker ignored SIGTERM:\n{self.log()}") from None
-        _kill_group(process.pid)  # shards of a supervisor that died
+        _kill_group(process)  # shards of a supervisor that died
         return process.returncode
 
     def kill9(self) -> None:
@@ -109,19 +108,20 @@ class BrokerProcess:
         process, self.process = self.process, None
         if process is None:
             return
-        _kill_group(process.pid)
-        process.wait()
+        _kill_group(process)
 
     def restart(self) -> BrokerProcess:
         self.stop()
         return self.start()
 
 
-def _kill_group(pgid: int) -> None:
+def _kill_group(process: subprocess.Popen[bytes]) -> None:
+    pgid = process.pid
     try:
         os.killpg(pgid, signal.SIGKILL)
     except ProcessLookupError:
         pass
+    process.wait()  # reap the supervisor: a zombie would keep its group alive
     # Wait for the shard processes to be gone, so the next start can take the lock and port.
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:

@@ -1,0 +1,46 @@
+"""Every size limit and on-disk format constant of the storage layer, unit last.
+
+The log checks what it reads back from disk against these before trusting a length, and the
+defaults here are what `LogConfig` starts from.
+"""
+
+from __future__ import annotations
+
+from wire import limits as wire_limits
+
+# Segments ---------------------------------------------------------------------------------
+
+# Roll the active segment when the next batch would take it past this (Kafka log.segment.bytes).
+segment_bytes_default = 128 * 1024 * 1024
+# Roll the active segment when its first append is older than this (Kafka log.roll.ms, 7 days).
+segment_ms_default = 7 * 24 * 3600 * 1000
+# One offset-index entry per this many bytes of log (Kafka log.index.interval.bytes).
+index_interval_bytes_default = 4096
+# Index entries hold file positions as int32, so a segment cannot grow past this.
+segment_bytes_max = 2**31 - 1
+# Index entries hold offsets relative to the segment base as int32; roll before overflowing.
+relative_offset_max = 2**31 - 1
+# Segment files are named by their base offset, zero-padded to this many digits (as Kafka does).
+segment_name_digits = 20
+
+# Batches read back from disk --------------------------------------------------------------
+
+# A v2 batch header; scans read this much per batch and never decode the records.
+batch_header_bytes = wire_limits.batch_header_bytes
+# A batch on disk larger than this is corruption, not data (the produce path never accepts one).
+batch_bytes_max = wire_limits.batch_bytes_max
+
+# Index files ------------------------------------------------------------------------------
+
+# .index entry: relative offset int32, file position int32.
+offset_index_entry_bytes = 8
+# .timeindex entry: max timestamp int64, relative offset int32.
+time_index_entry_bytes = 12
+# An index file larger than this cannot describe a segment of at most segment_bytes_max
+# (one entry per batch at worst, a batch being at least a header).
+index_file_bytes_max = (segment_bytes_max // batch_header_bytes + 1) * time_index_entry_bytes
+
+# Recovery ---------------------------------------------------------------------------------
+
+# Recovery reads a segment in chunks this large to check CRCs without loading the whole file.
+recovery_read_bytes = 1024 * 1024

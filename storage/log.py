@@ -1,0 +1,376 @@
+"""The partition log: the `Log` interface the partition actor uses, and `DiskLog`.
+
+A log is a list of segments; only the last (active) one takes appends. Three offsets say how
+far data has come, and must stay ordered: flushed_offset <= written_offset <= next_offset.
+In buffered mode `append` pwrites at once (written == next after it returns); durability comes
+from a flush ticket whose blocking `run()` (fdatasync of every fd with unflushed data) the
+caller runs on an I/O thread while appends continue:
+
+    ticket = log.flush_prepare()     # actor: captures fds, ticket.offset = written_offset
+    ticket.run()                     # I/O thread: os.fdatasync on the captured fds only
+    log.flush_complete(ticket)       # actor: flushed_offset = ticket.offset
+
+Offsets: batch i of an append gets base offset next_offset, then each batch starts right after
+the previous batch's last offset. Example: next_offset 10, batches of 3 and 2 records ->
+bases 10 and 13, AppendResult(base_offset=10, last_offset=14), next_offset 15.
+
+Reads return whole batches from one segment, starting with the batch that holds the offset.
+DiskLog returns a FileSlice for os.sendfile; the slice's fd stays open until `close()`.
+"""
+
+from __future__ import annotations
+
+import os
+from bisect import bisect_right
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NamedTuple, Protocol
+
+from storage import limits
+from storage.recovery import open_segments
+from storage.segment import BatchInfo, Segment
+from wire.record_batch import BatchHeader, patch_base_offset
+
+__all__ = [
+    "AppendResult",
+    "DiskLog",
+    "FileSlice",
+    "FlushTicket",
+    "Log",
+    "LogConfig",
+    "OffsetOutOfRange",
+    "assign_offsets",
+    "needs_roll",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class LogConfig:
+    segment_bytes: int = limits.segment_bytes_default  # roll when the next batch would pass it
+    segment_ms: int = limits.segment_ms_default  # roll when the first append is this old
+    index_interval_bytes: int = limits.index_interval_bytes_default
+
+    def __post_init__(self) -> None:
+        if not 0 < self.segment_bytes <= limits.segment_bytes_max:
+            raise ValueError(
+                f"segment_bytes {self.segment_bytes} outside 1..{limits.segment_bytes_max}")
+        if self.segment_ms <= 0 or self.index_interval_bytes <= 0:
+            raise ValueError("segment_ms and index_interval_bytes must be positive")
+
+
+@dataclass(frozen=True, slots=True)
+class FileSlice:
+    """A byte range of a segment file, to send with os.sendfile (`length` marks a region)."""
+
+    fd: int
+    position: int
+    length: int
+
+    def read(self) -> bytes:
+        data = os.pread(self.fd, self.length, self.position)
+        assert len(data) == self.length, (self, len(data))
+        return data
+
+
+class OffsetOutOfRange(Exception):
+    """A read below log_start_offset or above next_offset (Kafka OFFSET_OUT_OF_RANGE)."""
+
+
+class AppendResult(NamedTuple):
+    base_offset: int  # first record of the first batch
+    last_offset: int  # last record of the last batch
+    max_timestamp: int
+    offset_of_max_timestamp: int  # base offset of the batch holding it (batch granularity)
+
+
+class FlushTicket:
+    """Makes everything below `offset` durable; `run` blocks and touches only its own fds."""
+
+    __slots__ = ("offset", "_fds")
+
+    def __init__(self, offset: int, fds: list[int]) -> None:
+        self.offset = offset
+        self._fds = fds
+
+    def run(self) -> None:
+        for fd in self._fds:
+            os.fdatasync(fd)
+
+    def __repr__(self) -> str:
+        return f"FlushTicket(offset={self.offset}, fds={len(self._fds)})"
+
+
+class Log(Protocol):
+    log_start_offset: int
+    next_offset: int
+    written_offset: int
+    flushed_offset: int
+
+    def append(
+        self, records: bytearray, headers: list[BatchHeader], leader_epoch: int, now_ms: int
+    ) -> AppendResult: ...
+    def flush_prepare(self) -> FlushTicket | None: ...
+    def flush_complete(self, ticket: FlushTicket) -> None: ...
+    def flush(self) -> None: ...
+    def read(
+        self, offset: int, max_bytes: int, max_offset: int
+    ) -> FileSlice | memoryview | None: ...
+    def read_bytes(self, offset: int, max_bytes: int, max_offset: int) -> bytes: ...
+    def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None: ...
+    def max_timestamp(self) -> tuple[int, int] | None: ...
+    def iter_batch_headers(self, from_offset: int = 0) -> Iterator[BatchHeader]: ...
+    def truncate(self, offset: int) -> None: ...
+    def close(self) -> None: ...
+    @property
+    def segment_base_offsets(self) -> list[int]: ...
+
+
+def assign_offsets(
+    records: bytearray, headers: list[BatchHeader], leader_epoch: int, next_offset: int
+) -> list[BatchInfo]:
+    """Patch baseOffset and partitionLeaderEpoch of each batch in place, consecutively from
+    next_offset; the batches must lie back to back in `records`."""
+    assert headers, "append of no batches"
+    batches: list[BatchInfo] = []
+    position = headers[0].position
+    for header in headers:
+        assert header.position == position, (header, position)
+        patch_base_offset(records, position, next_offset, leader_epoch)
+        last_offset = next_offset + header.last_offset_delta
+        batches.append(BatchInfo(next_offset, last_offset, header.max_timestamp, header.size))
+        next_offset = last_offset + 1
+        position += header.size
+    assert position <= len(records), (position, len(records))
+    return batches
+
+
+def needs_roll(
+    config: LogConfig,
+    segment_bytes: int,
+    segment_base_offset: int,
+    first_append_ms: int | None,
+    batch: BatchInfo,
+    now_ms: int,
+) -> bool:
+    """Whether `batch` must go to a new segment (an empty segment never rolls)."""
+    if segment_bytes == 0:
+        return False
+    if segment_bytes + batch.size > config.segment_bytes:
+        return True
+    if batch.last_offset - segment_base_offset > limits.relative_offset_max:
+        return True
+    return first_append_ms is not None and now_ms - first_append_ms >= config.segment_ms
+
+
+def append_result(batches: list[BatchInfo]) -> AppendResult:
+    best = max(batches, key=lambda b: b.max_timestamp)  # max() keeps the first of equals
+    return AppendResult(batches[0].base_offset, batches[-1].last_offset, best.max_timestamp,
+                        best.base_offset)
+
+
+class DiskLog:
+    """The buffered-mode log: page cache, os.pwrite, os.fdatasync in flush tickets."""
+
+    def __init__(self, directory: Path, config: LogConfig, segments: list[Segment]) -> None:
+        self.directory = directory
+        self.config = config
+        self._segments = segments
+        self._bases = [s.base_offset for s in segments]
+        self._retired: list[Segment] = []  # deleted by truncate; fds open until close()
+        self._unsynced: set[Segment] = set()
+        self._dir_fd = os.open(directory, os.O_RDONLY)
+        self._dir_dirty = False  # segment files created or removed since the last ticket
+        self._ticket: FlushTicket | None = None
+        self._truncated_to: int | None = None  # lowest truncation while a ticket is out
+        self.log_start_offset = segments[0].base_offset
+        self.next_offset = self.written_offset = self.flushed_offset = segments[-1].next_offset
+        self._closed = False
+
+    @classmethod
+    def open(cls, directory: str | Path, config: LogConfig = LogConfig()) -> DiskLog:  # noqa: B008
+        """Open (creating or recovering) the log in `directory`; everything in it is durable."""
+        directory = Path(directory)
+        return cls(directory, config, open_segments(directory, config.index_interval_bytes))
+
+    @property
+    def segment_base_offsets(self) -> list[int]:
+        return list(self._bases)
+
+    def _check_offsets(self) -> None:
+        assert self.flushed_offset <= self.written_offset <= self.next_offset, self
+        assert self.next_offset == self._segments[-1].next_offset, (self, self._segments[-1])
+
+    def __repr__(self) -> str:
+        return (f"DiskLog({self.directory}, start={self.log_start_offset}, "
+                f"flushed={self.flushed_offset}, written={self.written_offset}, "
+                f"next={self.next_offset}, segments={len(self._segments)})")
+
+    # Appending -----------------------------------------------------------------------------
+
+    def append(
+        self, records: bytearray, headers: list[BatchHeader], leader_epoch: int, now_ms: int
+    ) -> AppendResult:
+        assert not self._closed
+        self._check_offsets()
+        batches = assign_offsets(records, headers, leader_epoch, self.next_offset)
+        view = memoryview(records)
+        start = headers[0].position
+        group: list[BatchInfo] = []  # batches for the active segment, written in one pwrite
+        group_bytes = 0
+        for batch in batches:
+            active = self._segments[-1]
+            if needs_roll(self.config, active.size + group_bytes, active.base_offset,
+                          active.first_append_ms, batch, now_ms):
+                start = self._write(view, start, group, now_ms)
+                group, group_bytes = [], 0
+                self._roll(batch.base_offset)
+            group.append(batch)
+            group_bytes += batch.size
+        self._write(view, start, group, now_ms)
+        self.next_offset = self.written_offset = batches[-1].last_offset + 1
+        self._check_offsets()
+        return append_result(batches)
+
+    def _write(self, view: memoryview, start: int, group: list[BatchInfo], now_ms: int) -> int:
+        if not group:
+            return start
+        end = start + sum(b.size for b in group)
+        active = self._segments[-1]
+        active.append(view[start:end], group, now_ms)
+        self._unsynced.add(active)
+        return end
+
+    def _roll(self, base_offset: int) -> None:
+        active = self._segments[-1]
+        assert base_offset == active.next_offset, (active, base_offset)
+        active.seal()
+        self._unsynced.add(active)
+        segment = Segment(self.directory, base_offset, self.config.index_interval_bytes)
+        self._segments.append(segment)
+        self._bases.append(base_offset)
+        self._dir_dirty = True
+
+    # Flushing ------------------------------------------------------------------------------
+
+    def flush_prepare(self) -> FlushTicket | None:
+        self._check_offsets()
+        assert self._ticket is None, "one flush ticket at a time"
+        if self.flushed_offset == self.written_offset:
+            return None
+        fds = [fd for segment in self._unsynced for fd in segment.take_sync_fds()]
+        self._unsynced.clear()
+        if self._dir_dirty:
+            fds.append(self._dir_fd)
+            self._dir_dirty = False
+        self._ticket = FlushTicket(self.written_offset, fds)
+        self._truncated_to = None
+        return self._ticket
+
+    def flush_complete(self, ticket: FlushTicket) -> None:
+        assert ticket is self._ticket, (ticket, self._ticket)
+        self._ticket = None
+        durable = ticket.offset
+        if self._truncated_to is not None:
+            durable = min(durable, self._truncated_to)
+        self.flushed_offset = max(self.flushed_offset, min(durable, self.written_offset))
+        self._check_offsets()
+
+    def flush(self) -> None:
+        ticket = self.flush_prepare()
+        if ticket is not None:
+            ticket.run()
+            self.flush_complete(ticket)
+
+    # Reading -------------------------------------------------------------------------------
+
+    def _check_range(self, offset: int) -> None:
+        if not self.log_start_offset <= offset <= self.next_offset:
+            raise OffsetOutOfRange(
+                f"offset {offset} outside {self.log_start_offset}..{self.next_offset}")
+
+    def _segment_index(self, offset: int) -> int:
+        """Index of the segment holding `offset` (or the first one after it)."""
+        i = max(bisect_right(self._bases, offset) - 1, 0)
+        while i + 1 < len(self._segments) and self._segments[i].next_offset <= offset:
+            i += 1
+        return i
+
+    def read(self, offset: int, max_bytes: int, max_offset: int) -> FileSlice | None:
+        self._check_range(offset)
+        max_offset = min(max_offset, self.next_offset)
+        if offset >= max_offset:
+            return None
+        segment = self._segments[self._segment_index(offset)]
+        first = segment.find(offset)
+        if first is None or first.last_offset >= max_offset:
+            return None
+        end = segment.end_position(first.position, max_bytes, max_offset)
+        if end == first.position:  # KIP-74: an oversized first batch goes out alone
+            end = first.position + first.size
+        return FileSlice(segment.fd, first.position, end - first.position)
+
+    def read_bytes(self, offset: int, max_bytes: int, max_offset: int) -> bytes:
+        region = self.read(offset, max_bytes, max_offset)
+        return b"" if region is None else region.read()
+
+    def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
+        for segment in self._segments:
+            found = segment.offset_for_timestamp(timestamp_ms)
+            if found is not None:
+                return found
+        return None
+
+    def max_timestamp(self) -> tuple[int, int] | None:
+        best: Segment | None = None
+        for segment in self._segments:
+            if segment.max_timestamp >= 0 and (
+                best is None or segment.max_timestamp > best.max_timestamp
+            ):
+                best = segment
+        return None if best is None else (best.offset_of_max_timestamp, best.max_timestamp)
+
+    def iter_batch_headers(self, from_offset: int = 0) -> Iterator[BatchHeader]:
+        """Headers (positions within their segment file) from the batch holding from_offset."""
+        from_offset = max(from_offset, self.log_start_offset)
+        i = self._segment_index(from_offset)
+        first = self._segments[i].find(from_offset)
+        position = first.position if first is not None else self._segments[i].size
+        yield from self._segments[i].headers_from(position)
+        for segment in self._segments[i + 1:]:
+            yield from segment.headers_from(0)
+
+    # Truncation and closing ----------------------------------------------------------------
+
+    def truncate(self, offset: int) -> None:
+        """Drop every batch with base offset >= offset; next_offset becomes the end of the last
+        batch kept (an offset at or below log_start_offset empties the log)."""
+        self._check_offsets()
+        if offset >= self.next_offset:
+            return
+        while len(self._segments) > 1 and self._segments[-1].base_offset >= offset:
+            segment = self._segments.pop()
+            self._bases.pop()
+            segment.delete()
+            self._unsynced.discard(segment)
+            self._retired.append(segment)
+            self._dir_dirty = True
+        active = self._segments[-1]
+        active.truncate(offset)
+        self._unsynced.add(active)
+        self.next_offset = self.written_offset = active.next_offset
+        self.flushed_offset = min(self.flushed_offset, self.next_offset)
+        if self._ticket is not None:
+            floor = self._truncated_to if self._truncated_to is not None else self.next_offset
+            self._truncated_to = min(floor, self.next_offset)
+        self._check_offsets()
+
+    def close(self) -> None:
+        """Close every fd. No flush ticket may be outstanding (its fds would be closed)."""
+        if self._closed:
+            return
+        assert self._ticket is None, "close() with a flush ticket outstanding"
+        self._closed = True
+        for segment in self._segments + self._retired:
+            segment.close()
+        os.close(self._dir_fd)

@@ -1,0 +1,194 @@
+"""MemoryLog: the `Log` interface held in memory, with the same segments and offsets as DiskLog.
+
+It exists for tests of the layers above storage and as the model the DiskLog fuzzer compares
+against, so it follows the same roll rules (a read stops at a segment end in both) but keeps
+each batch as its own bytes and finds things by plain binary search. Nothing is ever lost,
+so a flush ticket's `run` does nothing.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from storage.log import (
+    AppendResult,
+    FlushTicket,
+    LogConfig,
+    OffsetOutOfRange,
+    append_result,
+    assign_offsets,
+    needs_roll,
+)
+from storage.segment import header_at_position
+from wire.record_batch import BatchHeader, read_header
+
+__all__ = ["MemoryLog"]
+
+
+@dataclass(slots=True)
+class _MemorySegment:
+    base_offset: int
+    first_append_ms: int | None = None
+    batches: list[bytes] = field(default_factory=list)
+    headers: list[BatchHeader] = field(default_factory=list)  # positions within the segment
+    ends: list[int] = field(default_factory=list)  # next offset of each batch, for bisect
+    size: int = 0
+
+    @property
+    def next_offset(self) -> int:
+        return self.ends[-1] if self.ends else self.base_offset
+
+    def first_index(self, offset: int) -> int:
+        """Index of the batch holding `offset` or the first after it (len if none)."""
+        return bisect_right(self.ends, offset)
+
+    def append(self, data: bytes) -> None:
+        header = header_at_position(read_header(data), self.size)
+        self.batches.append(data)
+        self.headers.append(header)
+        self.ends.append(header.next_offset)
+        self.size += header.size
+
+    def keep(self, count: int) -> None:
+        del self.batches[count:], self.headers[count:], self.ends[count:]
+        self.size = sum(h.size for h in self.headers)
+        if not self.batches:
+            self.first_append_ms = None
+
+
+class MemoryLog:
+    def __init__(self, config: LogConfig = LogConfig(), log_start_offset: int = 0) -> None:  # noqa: B008
+        self.config = config
+        self._segments = [_MemorySegment(log_start_offset)]
+        self._ticket: FlushTicket | None = None
+        self._truncated_to: int | None = None  # lowest truncation while a ticket is out
+        self.log_start_offset = log_start_offset
+        self.next_offset = self.written_offset = self.flushed_offset = log_start_offset
+
+    @property
+    def segment_base_offsets(self) -> list[int]:
+        return [s.base_offset for s in self._segments]
+
+    def _check_offsets(self) -> None:
+        assert self.flushed_offset <= self.written_offset <= self.next_offset, self
+        assert self.next_offset == self._segments[-1].next_offset
+
+    def append(
+        self, records: bytearray, headers: list[BatchHeader], leader_epoch: int, now_ms: int
+    ) -> AppendResult:
+        self._check_offsets()
+        batches = assign_offsets(records, headers, leader_epoch, self.next_offset)
+        for batch, header in zip(batches, headers, strict=True):
+            active = self._segments[-1]
+            if needs_roll(self.config, active.size, active.base_offset, active.first_append_ms,
+                          batch, now_ms):
+                active = _MemorySegment(batch.base_offset)
+                self._segments.append(active)
+            if active.first_append_ms is None:
+                active.first_append_ms = now_ms
+            active.append(bytes(records[header.position:header.position + header.size]))
+        self.next_offset = self.written_offset = batches[-1].last_offset + 1
+        self._check_offsets()
+        return append_result(batches)
+
+    def flush_prepare(self) -> FlushTicket | None:
+        self._check_offsets()
+        assert self._ticket is None, "one flush ticket at a time"
+        if self.flushed_offset == self.written_offset:
+            return None
+        self._ticket = FlushTicket(self.written_offset, [])
+        self._truncated_to = None
+        return self._ticket
+
+    def flush_complete(self, ticket: FlushTicket) -> None:
+        assert ticket is self._ticket
+        self._ticket = None
+        durable = ticket.offset
+        if self._truncated_to is not None:
+            durable = min(durable, self._truncated_to)
+        self.flushed_offset = max(self.flushed_offset, min(durable, self.written_offset))
+        self._check_offsets()
+
+    def flush(self) -> None:
+        ticket = self.flush_prepare()
+        if ticket is not None:
+            ticket.run()
+            self.flush_complete(ticket)
+
+    def _segment_index(self, offset: int) -> int:
+        i = max(bisect_right([s.base_offset for s in self._segments], offset) - 1, 0)
+        while i + 1 < len(self._segments) and self._segments[i].next_offset <= offset:
+            i += 1
+        return i
+
+    def read(self, offset: int, max_bytes: int, max_offset: int) -> memoryview | None:
+        if not self.log_start_offset <= offset <= self.next_offset:
+            raise OffsetOutOfRange(
+                f"offset {offset} outside {self.log_start_offset}..{self.next_offset}")
+        segment = self._segments[self._segment_index(offset)]
+        chosen: list[bytes] = []
+        total = 0
+        for i in range(segment.first_index(offset), len(segment.batches)):
+            header = segment.headers[i]
+            if header.last_offset >= max_offset:
+                break
+            if chosen and total + header.size > max_bytes:
+                break
+            chosen.append(segment.batches[i])
+            total += header.size
+        return memoryview(b"".join(chosen)) if chosen else None
+
+    def read_bytes(self, offset: int, max_bytes: int, max_offset: int) -> bytes:
+        region = self.read(offset, max_bytes, max_offset)
+        return b"" if region is None else bytes(region)
+
+    def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
+        for header in self.iter_batch_headers(self.log_start_offset):
+            if header.max_timestamp >= timestamp_ms:
+                return header.base_offset, header.max_timestamp
+        return None
+
+    def max_timestamp(self) -> tuple[int, int] | None:
+        best: BatchHeader | None = None
+        for header in self.iter_batch_headers(self.log_start_offset):
+            if header.max_timestamp >= 0 and (
+                best is None or header.max_timestamp > best.max_timestamp
+            ):
+                best = header
+        return None if best is None else (best.base_offset, best.max_timestamp)
+
+    def iter_batch_headers(self, from_offset: int = 0) -> Iterator[BatchHeader]:
+        from_offset = max(from_offset, self.log_start_offset)
+        i = self._segment_index(from_offset)
+        yield from self._segments[i].headers[self._segments[i].first_index(from_offset):]
+        for segment in self._segments[i + 1:]:
+            yield from segment.headers
+
+    def truncate(self, offset: int) -> None:
+        self._check_offsets()
+        if offset >= self.next_offset:
+            return
+        while len(self._segments) > 1 and self._segments[-1].base_offset >= offset:
+            self._segments.pop()
+        active = self._segments[-1]
+        # Keep batches with base < offset: the batch holding `offset` stays whole.
+        active.keep(sum(1 for h in active.headers if h.base_offset < offset))
+        self.next_offset = self.written_offset = active.next_offset
+        self.flushed_offset = min(self.flushed_offset, self.next_offset)
+        if self._ticket is not None:
+            floor = self._truncated_to if self._truncated_to is not None else self.next_offset
+            self._truncated_to = min(floor, self.next_offset)
+        self._check_offsets()
+
+    def forget_volatile_state(self) -> None:
+        """Become what a DiskLog is after close and reopen: everything flushed, and the active
+        segments' first-append times unknown (the time-based roll clock restarts)."""
+        assert self._ticket is None
+        self.flushed_offset = self.written_offset
+        for segment in self._segments:
+            segment.first_append_ms = None
+
+    def close(self) -> None:
+        pass

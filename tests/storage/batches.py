@@ -1,0 +1,68 @@
+"""Test helper: build valid RecordBatch v2 bytes (records encoded, CRC-32C set)."""
+
+from __future__ import annotations
+
+import struct
+
+import crc32c
+
+from wire.record_batch import BatchHeader, iter_batches
+
+_AFTER_CRC = struct.Struct(">hiqqqhii")  # attributes .. record count
+
+
+def _varint(value: int) -> bytes:
+    zigzag = (value << 1) ^ (value >> 63)
+    out = bytearray()
+    while zigzag >= 0x80:
+        out.append((zigzag & 0x7F) | 0x80)
+        zigzag >>= 7
+    out.append(zigzag)
+    return bytes(out)
+
+
+def _record(offset_delta: int, timestamp_delta: int, value: bytes) -> bytes:
+    body = (
+        b"\x00"
+        + _varint(timestamp_delta)
+        + _varint(offset_delta)
+        + _varint(-1)  # null key
+        + _varint(len(value))
+        + value
+        + _varint(0)  # no headers
+    )
+    return _varint(len(body)) + body
+
+
+def make_batch(timestamps: list[int], value_bytes: int = 10, fill: int = 0x61) -> bytes:
+    """One uncompressed batch, one record per timestamp, base offset 0, epoch -1."""
+    assert timestamps
+    base_ts = timestamps[0]
+    records = b"".join(
+        _record(i, ts - base_ts, bytes([fill]) * value_bytes) for i, ts in enumerate(timestamps)
+    )
+    after_crc = (
+        _AFTER_CRC.pack(0, len(timestamps) - 1, base_ts, max(timestamps), -1, -1, -1,
+                        len(timestamps))
+        + records
+    )
+    crc = crc32c.crc32c(after_crc)
+    batch_length = 4 + 1 + 4 + len(after_crc)  # epoch + magic + crc + rest
+    return struct.pack(">qiibI", 0, batch_length, -1, 2, crc) + after_crc
+
+
+def make_records(*batches: bytes) -> tuple[bytearray, list[BatchHeader]]:
+    """A produce `records` buffer of `batches` and its checked headers, as append() takes."""
+    records = bytearray(b"".join(batches))
+    return records, iter_batches(records)
+
+
+def batch_of_size(total_bytes: int, timestamp: int = 1000) -> bytes:
+    """A one-record batch of exactly `total_bytes` (at least ~75)."""
+    overhead = len(make_batch([timestamp], 0))
+    value_bytes = total_bytes - overhead
+    for _ in range(3):  # the value's length varint grows with it
+        batch = make_batch([timestamp], value_bytes)
+        value_bytes += total_bytes - len(batch)
+    assert len(batch) == total_bytes, (len(batch), total_bytes)
+    return batch
