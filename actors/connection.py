@@ -154,7 +154,18 @@ class Connection(LoopActor):
 
     def _on_readable(self) -> None:
         try:
-            nbytes = self._sock.recv_into(self._frames.buffer(), limits.connection_recv_bytes_max)
+            self._read_and_dispatch()
+        except Exception:
+            # Our bug, not the client's: log it, drop this connection, keep the shard.
+            log.exception("%s: reading failed", self)
+            self.close("internal error")
+
+    def _read_and_dispatch(self) -> None:
+        buffer = self._frames.buffer()
+        try:
+            nbytes = self._sock.recv_into(
+                buffer, min(len(buffer), limits.connection_recv_bytes_max)
+            )
         except (BlockingIOError, InterruptedError):
             return
         except OSError as e:
@@ -289,9 +300,7 @@ class Connection(LoopActor):
         """sendfile the head region; None when the socket is full."""
         done = self._out_head_sent
         try:
-            sent = os.sendfile(
-                self._fd, region.fd, region.position + done, region.length - done
-            )
+            sent = os.sendfile(self._fd, region.fd, region.position + done, region.length - done)
         except (BlockingIOError, InterruptedError):
             return None
         if sent == 0:

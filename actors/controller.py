@@ -109,9 +109,7 @@ def check_topic_name(name: str) -> str | None:
 
 
 class Controller(LoopActor):
-    def __init__(
-        self, settings: BrokerSettings, on_change: Callable[[TopicTable], None]
-    ) -> None:
+    def __init__(self, settings: BrokerSettings, on_change: Callable[[TopicTable], None]) -> None:
         super().__init__()
         self.settings = settings
         self._on_change = on_change
@@ -162,7 +160,7 @@ class Controller(LoopActor):
         if not m.validate_only and any(r.error == ErrorCode.NONE for r in results):
             self._publish(topics)
             for r in results:
-                if r.error == ErrorCode.NONE:
+                if r.info is not None:
                     log.info("created topic %s with %d partitions", r.name, r.info.partitions)
         m.reply(results)
 
@@ -275,4 +273,3 @@ class Controller(LoopActor):
         producer_id = self._next_producer_id
         self._next_producer_id += 1
         m.reply(producer_id)
-

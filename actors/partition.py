@@ -484,4 +484,3 @@ class Partition(LoopActor):
         shutil.rmtree(self.directory, ignore_errors=True)
         self._wake_watchers()
         self.stop_now()
-

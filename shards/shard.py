@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import concurrent.futures
+import ctypes
 import logging
 import os
 import resource
@@ -43,6 +44,8 @@ from shards.config import NodeConfig
 __all__ = ["Shard", "main"]
 
 log = logging.getLogger(__name__)
+
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
 class Shard:
@@ -204,7 +207,11 @@ def _listen(address: tuple[str, int]) -> socket.socket:
 
 def _raise_open_files_limit() -> None:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    wanted = min(hard, limits.open_files_wanted) if hard != resource.RLIM_INFINITY else limits.open_files_wanted
+    wanted = (
+        min(hard, limits.open_files_wanted)
+        if hard != resource.RLIM_INFINITY
+        else limits.open_files_wanted
+    )
     if soft < wanted:
         resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
 
@@ -218,14 +225,28 @@ def setup_logging(level: str, shard_id: int | None) -> None:
     )
 
 
+def _die_with_supervisor(supervisor_pid: int) -> None:
+    """Ask the kernel to SIGTERM this shard when the supervisor dies, even by SIGKILL.
+
+    Without it a killed supervisor leaves shards serving the port and holding the logs.
+    """
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0) != 0:
+        log.warning("prctl(PR_SET_PDEATHSIG) failed: errno %d", ctypes.get_errno())
+    if os.getppid() != supervisor_pid:  # the supervisor died before prctl took effect
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="shards.shard")
     parser.add_argument("--shard", type=int, required=True)
     parser.add_argument("--core", type=int, required=True)
     parser.add_argument("--config-json", required=True)
+    parser.add_argument("--supervisor-pid", type=int, default=os.getppid())
     args = parser.parse_args(argv)
     config = NodeConfig.from_json(args.config_json)
     setup_logging(config.log_level, args.shard)
+    _die_with_supervisor(args.supervisor_pid)
     os.sched_setaffinity(0, {args.core})
     _raise_open_files_limit()
     threading.current_thread().name = f"shard{args.shard}"

@@ -82,6 +82,8 @@ def _start_shard(config: NodeConfig, shard_id: int, core: int) -> subprocess.Pop
         str(core),
         "--config-json",
         config.to_json(),
+        "--supervisor-pid",
+        str(os.getpid()),
     ]
     # The shard ignores the terminal's SIGINT: the supervisor decides when it stops.
     return subprocess.Popen(command, preexec_fn=_ignore_sigint)

@@ -37,9 +37,7 @@ _EMPTY = b""
 
 def handle(ctx: Any, request: FetchRequest) -> None:
     if request.session_id != 0:
-        ctx.respond(
-            FetchResponse(error_code=ErrorCode.FETCH_SESSION_ID_NOT_FOUND, session_id=0)
-        )
+        ctx.respond(FetchResponse(error_code=ErrorCode.FETCH_SESSION_ID_NOT_FOUND, session_id=0))
         return
     _Fetch(ctx, request).read()
 
@@ -67,7 +65,9 @@ class _Fetch:
         join = Join(len(self.parts), self.read_done)
         for index, ((_, p), ref) in enumerate(zip(self.parts, self.refs, strict=True)):
             reply = join.slot(index)
-            read = Read(p.fetch_offset, p.partition_max_bytes, p.current_leader_epoch, budget, reply)
+            read = Read(
+                p.fetch_offset, p.partition_max_bytes, p.current_leader_epoch, budget, reply
+            )
             if ref is None or not send(ref, read):
                 reply(ReadResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
 

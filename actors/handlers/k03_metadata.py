@@ -91,7 +91,11 @@ def _response(
             )
         else:
             invalid = check_topic_name(name) is not None
-            error = ErrorCode.INVALID_TOPIC_EXCEPTION if invalid else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            error = (
+                ErrorCode.INVALID_TOPIC_EXCEPTION
+                if invalid
+                else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            )
             topics.append(
                 MetadataResponseTopic(
                     error_code=error, name=name, topic_authorized_operations=_NO_OPERATIONS

@@ -19,7 +19,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
 
 def _still_serving(broker: BrokerProcess) -> None:
     with RawClient(broker.bootstrap) as client:
-        response = client.call(18, 3, request(18, client_software_name="t", client_software_version="1"))
+        response = client.call(
+            18, 3, request(18, client_software_name="t", client_software_version="1")
+        )
         assert response.error_code == ErrorCode.NONE
         assert broker.alive()
 
@@ -42,7 +44,9 @@ def _closed(client: RawClient) -> bool:
         pytest.param(struct.pack(">ihhih", 14, 0, 7, 1, -1) + b"\xff\xff\xff\xff", id="bad-body"),
     ],
 )
-def test_bad_frame_closes_only_that_connection(shared_broker: BrokerProcess, payload: bytes) -> None:
+def test_bad_frame_closes_only_that_connection(
+    shared_broker: BrokerProcess, payload: bytes
+) -> None:
     bystander = RawClient(shared_broker.bootstrap)
     try:
         with RawClient(shared_broker.bootstrap) as client:
@@ -65,8 +69,9 @@ def test_truncated_frame_then_disconnect(shared_broker: BrokerProcess) -> None:
 def test_api_versions_above_max_answers_v0_body(shared_broker: BrokerProcess) -> None:
     with RawClient(shared_broker.bootstrap) as client:
         client.send_raw(
-            client.encode(18, 3, request(18, client_software_name="x", client_software_version="1"), 7)
-            .replace(b"\x00\x12\x00\x03", b"\x00\x12\x00\x09", 1)
+            client.encode(
+                18, 3, request(18, client_software_name="x", client_software_version="1"), 7
+            ).replace(b"\x00\x12\x00\x03", b"\x00\x12\x00\x09", 1)
         )
         frame = client.receive_frame()
         assert frame is not None
@@ -85,9 +90,7 @@ def test_pipelined_requests_answered_in_order(shared_broker: BrokerProcess) -> N
     """Many requests in flight on one connection, mixing fast and slow APIs."""
     with RawClient(shared_broker.bootstrap) as client:
         client.call(3, 9, request(3, topics=None, allow_auto_topic_creation=False))
-        created = client.call(
-            19, 5, request(19, topics=[_new_topic("pipelined")], timeout_ms=5000)
-        )
+        created = client.call(19, 5, request(19, topics=[_new_topic("pipelined")], timeout_ms=5000))
         assert created.topics[0].error_code == ErrorCode.NONE
         sent = []
         for i in range(60):
@@ -105,9 +108,13 @@ def test_pipelined_requests_answered_in_order(shared_broker: BrokerProcess) -> N
 
 def test_unknown_topic_and_partition_errors(shared_broker: BrokerProcess) -> None:
     with RawClient(shared_broker.bootstrap) as client:
-        response = client.call(3, 4, request(3, topics=[_meta_topic("no-such")], allow_auto_topic_creation=False))
+        response = client.call(
+            3, 4, request(3, topics=[_meta_topic("no-such")], allow_auto_topic_creation=False)
+        )
         assert response.topics[0].error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-        response = client.call(3, 4, request(3, topics=[_meta_topic("bad/name")], allow_auto_topic_creation=True))
+        response = client.call(
+            3, 4, request(3, topics=[_meta_topic("bad/name")], allow_auto_topic_creation=True)
+        )
         assert response.topics[0].error_code == ErrorCode.INVALID_TOPIC_EXCEPTION
         fetch = client.call(1, 11, _fetch_request("no-such", max_wait_ms=0))
         assert fetch.responses[0].partitions[0].error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
@@ -140,7 +147,10 @@ def _fetch_request(topic: str, max_wait_ms: int):  # type: ignore[no-untyped-def
                 topic=topic,
                 partitions=[
                     FetchRequest.FetchPartition(
-                        partition=0, current_leader_epoch=-1, fetch_offset=0, partition_max_bytes=1 << 20
+                        partition=0,
+                        current_leader_epoch=-1,
+                        fetch_offset=0,
+                        partition_max_bytes=1 << 20,
                     )
                 ],
             )
@@ -149,7 +159,9 @@ def _fetch_request(topic: str, max_wait_ms: int):  # type: ignore[no-untyped-def
 
 
 def test_connection_storm_leaves_node_serving(shared_broker: BrokerProcess) -> None:
-    sockets = [socket.create_connection(("127.0.0.1", shared_broker.port), timeout=5) for _ in range(50)]
+    sockets = [
+        socket.create_connection(("127.0.0.1", shared_broker.port), timeout=5) for _ in range(50)
+    ]
     for s in sockets:
         s.close()
     _still_serving(shared_broker)

@@ -46,7 +46,9 @@ def produce(broker: BrokerProcess, topic: str, records: list[tuple], **conf: obj
 
     for key, value, headers, partition in records:
         kwargs = {"partition": partition} if partition is not None else {}
-        producer.produce(topic, value=value, key=key, headers=headers, on_delivery=on_delivery, **kwargs)
+        producer.produce(
+            topic, value=value, key=key, headers=headers, on_delivery=on_delivery, **kwargs
+        )
     assert producer.flush(30) == 0, "messages left undelivered"
     assert not errors, errors
     return delivered
@@ -80,10 +82,12 @@ def test_round_trip_every_codec(shared_broker: BrokerProcess, codec: str) -> Non
     topic = _topic()
     _create(shared_broker, topic, partitions=3)
     records = [
-        (f"key-{i % 7}".encode() if i % 5 else None,
-         None if i % 11 == 0 else f"value-{i}".encode() * (1 + i % 3),
-         [("h1", f"{i}".encode()), ("empty", None)] if i % 2 else None,
-         None)
+        (
+            f"key-{i % 7}".encode() if i % 5 else None,
+            None if i % 11 == 0 else f"value-{i}".encode() * (1 + i % 3),
+            [("h1", f"{i}".encode()), ("empty", None)] if i % 2 else None,
+            None,
+        )
         for i in range(600)
     ]
     delivered = produce(shared_broker, topic, records, **{"compression.type": codec, "acks": "all"})
@@ -215,7 +219,9 @@ def test_message_size_limit(shared_broker: BrokerProcess) -> None:
     fits = b"a" * 19_000  # a batch of one record: ~19.1 KB with the batch overhead
     producer.produce(topic, value=fits, partition=0, on_delivery=lambda e, m: results.append(e))
     producer.flush(15)
-    producer.produce(topic, value=b"b" * 21_000, partition=0, on_delivery=lambda e, m: results.append(e))
+    producer.produce(
+        topic, value=b"b" * 21_000, partition=0, on_delivery=lambda e, m: results.append(e)
+    )
     producer.flush(15)
     assert results[0] is None
     assert results[1] is not None and results[1].code() == KafkaError.MSG_SIZE_TOO_LARGE

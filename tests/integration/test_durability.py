@@ -17,7 +17,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
 def test_restart_keeps_topics_configs_and_records(broker: BrokerProcess) -> None:
     _create(broker, "kept", partitions=4, **{"retention.ms": "999"})
-    records = [(f"k{i}".encode(), f"v{i}".encode(), [("i", f"{i}".encode())], i % 4) for i in range(400)]
+    records = [
+        (f"k{i}".encode(), f"v{i}".encode(), [("i", f"{i}".encode())], i % 4) for i in range(400)
+    ]
     produce(broker, "kept", records, acks="all")
     broker.restart()
     got = consume(broker, "kept", 4, 400)
@@ -57,7 +59,9 @@ def test_kill9_during_acks_all_produce_loses_nothing_acknowledged(broker: Broker
         deadline = time.monotonic() + 60
         while not stop.is_set() and time.monotonic() < deadline:
             try:
-                producer.produce("durable", value=f"{sequence:08d}".encode(), on_delivery=on_delivery)
+                producer.produce(
+                    "durable", value=f"{sequence:08d}".encode(), on_delivery=on_delivery
+                )
                 sequence += 1
             except BufferError:
                 pass
@@ -81,7 +85,10 @@ def test_kill9_during_acks_all_produce_loses_nothing_acknowledged(broker: Broker
     # (appended and flushed, but the ack never reached the client).
     consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "check"})
     try:
-        ends = [consumer.get_watermark_offsets(TopicPartition("durable", p), timeout=10)[1] for p in range(3)]
+        ends = [
+            consumer.get_watermark_offsets(TopicPartition("durable", p), timeout=10)[1]
+            for p in range(3)
+        ]
     finally:
         consumer.close()
     got = consume(broker, "durable", 3, sum(ends))

@@ -43,12 +43,26 @@ def _setup(client: RawClient, topic: str) -> tuple[int, int]:
         5,
         request(
             19,
-            topics=[CreateTopicsRequest.CreatableTopic(name=topic, num_partitions=1, replication_factor=1)],
+            topics=[
+                CreateTopicsRequest.CreatableTopic(
+                    name=topic, num_partitions=1, replication_factor=1
+                )
+            ],
             timeout_ms=5000,
         ),
     )
     assert created.topics[0].error_code == ErrorCode.NONE
-    init = client.call(22, 4, request(22, transactional_id=None, transaction_timeout_ms=60000, producer_id=-1, producer_epoch=-1))
+    init = client.call(
+        22,
+        4,
+        request(
+            22,
+            transactional_id=None,
+            transaction_timeout_ms=60000,
+            producer_id=-1,
+            producer_epoch=-1,
+        ),
+    )
     assert init.error_code == ErrorCode.NONE
     return init.producer_id, init.producer_epoch
 
@@ -72,9 +86,22 @@ def test_sequences_duplicates_gaps_and_epochs(broker: BrokerProcess) -> None:
         )
         bumped = _produce(client, "idem", _batch(pid, epoch + 1, 0))
         assert (bumped.error_code, bumped.base_offset) == (ErrorCode.NONE, 6)
-        assert _produce(client, "idem", _batch(pid, epoch, 6)).error_code == ErrorCode.INVALID_PRODUCER_EPOCH
+        assert (
+            _produce(client, "idem", _batch(pid, epoch, 6)).error_code
+            == ErrorCode.INVALID_PRODUCER_EPOCH
+        )
         # Epoch bump through InitProducerId v3+ (KIP-360) keeps the id.
-        bump = client.call(22, 4, request(22, transactional_id=None, transaction_timeout_ms=1, producer_id=pid, producer_epoch=epoch + 1))
+        bump = client.call(
+            22,
+            4,
+            request(
+                22,
+                transactional_id=None,
+                transaction_timeout_ms=1,
+                producer_id=pid,
+                producer_epoch=epoch + 1,
+            ),
+        )
         assert (bump.producer_id, bump.producer_epoch) == (pid, epoch + 2)
 
     # Producer state is rebuilt from the log: a retry after a restart is still a duplicate.
@@ -107,7 +134,14 @@ def _read_all(client: RawClient, topic: str) -> bytes:
             topics=[
                 FetchRequest.FetchTopic(
                     topic=topic,
-                    partitions=[FetchRequest.FetchPartition(partition=0, current_leader_epoch=-1, fetch_offset=0, partition_max_bytes=1 << 20)],
+                    partitions=[
+                        FetchRequest.FetchPartition(
+                            partition=0,
+                            current_leader_epoch=-1,
+                            fetch_offset=0,
+                            partition_max_bytes=1 << 20,
+                        )
+                    ],
                 )
             ],
         ),
@@ -124,12 +158,25 @@ def test_corrupt_batch_is_refused(shared_broker: BrokerProcess) -> None:
         client.call(
             19,
             5,
-            request(19, topics=[CreateTopicsRequest.CreatableTopic(name="crc-topic", num_partitions=1, replication_factor=1)], timeout_ms=5000),
+            request(
+                19,
+                topics=[
+                    CreateTopicsRequest.CreatableTopic(
+                        name="crc-topic", num_partitions=1, replication_factor=1
+                    )
+                ],
+                timeout_ms=5000,
+            ),
         )
         bad = _produce(client, "crc-topic", bytes(batch))
         assert bad.error_code == ErrorCode.CORRUPT_MESSAGE
-        transactional = build_batch([(None, b"t", [])], producer_id=1, producer_epoch=0, base_sequence=0, transactional=True)
-        assert _produce(client, "crc-topic", bytes(transactional)).error_code == ErrorCode.INVALID_TXN_STATE
+        transactional = build_batch(
+            [(None, b"t", [])], producer_id=1, producer_epoch=0, base_sequence=0, transactional=True
+        )
+        assert (
+            _produce(client, "crc-topic", bytes(transactional)).error_code
+            == ErrorCode.INVALID_TXN_STATE
+        )
         control = build_batch([(b"\x00\x00\x00\x01", b"", [])], control=True)
         assert _produce(client, "crc-topic", bytes(control)).error_code == ErrorCode.INVALID_RECORD
         acks2 = _produce(client, "crc-topic", bytes(build_batch([(None, b"x", [])])), acks=2)

@@ -1,0 +1,108 @@
+"""The `krill` command: `krill start` runs a node, `krill topic ...` talks to one.
+
+Every user mistake ends in exactly one stderr line, `krill: error: <what>`, and exit code 2
+for a usage or configuration mistake or 1 for a runtime failure (broker unreachable, topic
+missing). argparse's multi-line usage dump is replaced by that one line; `--help` still
+prints the full help. Tracebacks are for our own bugs only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+from collections.abc import Sequence
+from typing import NoReturn
+
+from shards.config import LOG_LEVELS, ConfigError, load_config
+from shards.topic_cli import CommandError, add_topic_commands
+
+__all__ = ["main"]
+
+PROG = "krill"
+EXIT_RUNTIME = 1
+EXIT_USAGE = 2
+
+
+class UsageError(Exception):
+    """A command-line mistake found by argparse; exit code 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are one line, raised rather than printed."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{message} (see '{self.prog} --help')".replace("\n", " "))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog=PROG, description="Krill: a Kafka-API streaming broker.")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    start = commands.add_parser("start", help="run a node in the foreground")
+    start.add_argument("--data-dir", metavar="DIR", help="data directory (default ./data)")
+    start.add_argument("--listen", metavar="HOST:PORT",
+                       help="Kafka API address (default 127.0.0.1:9092)")
+    start.add_argument("--advertise", metavar="HOST:PORT",
+                       help="address given to clients (default: the listen address)")
+    start.add_argument("--node-id", type=int, metavar="N", help="this node's id (default 0)")
+    start.add_argument("--smp", type=int, metavar="N",
+                       help="shard processes, one per core (default: all usable cores)")
+    start.add_argument("--reader-listen", metavar="HOST:PORT",
+                       help="Spark reader address (default 127.0.0.1:9093)")
+    start.add_argument("--rpc-port", type=int, metavar="PORT",
+                       help="node-to-node RPC port (default 33145)")
+    start.add_argument("--admin-port", type=int, metavar="PORT",
+                       help="admin HTTP port (default 9644)")
+    start.add_argument("--config", metavar="FILE",
+                       help="YAML node config (env KRILL_CONFIG); flags and KRILL_* win")
+    start.add_argument("--log-level", type=str.lower, choices=LOG_LEVELS,
+                       help="default info")
+    start.set_defaults(func=start_command)
+
+    add_topic_commands(commands)
+    return parser
+
+
+def start_command(args: argparse.Namespace) -> int:
+    config_file = args.config or os.environ.get("KRILL_CONFIG") or None
+    try:
+        config = load_config(args, os.environ, config_file)
+    except ConfigError as e:
+        raise UsageError(str(e)) from None
+    logging.basicConfig(
+        level=getattr(logging, config.log_level.upper(), logging.DEBUG),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from shards import supervisor  # the node runtime: heavy, and only `start` needs it
+
+    return supervisor.run(config)
+
+
+def _fail(message: str, code: int) -> int:
+    print(f"{PROG}: error: {message}", file=sys.stderr)
+    return code
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+        return int(args.func(args))
+    except UsageError as e:
+        return _fail(str(e), EXIT_USAGE)
+    except CommandError as e:
+        return _fail(str(e), EXIT_RUNTIME)
+    except KeyboardInterrupt:
+        return 128 + signal.SIGINT
+    except BrokenPipeError:
+        # The reader went away (`krill topic consume t | head`): stop quietly. Point stdout
+        # at devnull so the interpreter's final flush does not raise again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_RUNTIME
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,313 @@
+"""One node's configuration: what it is, where it comes from, and when it is wrong.
+
+A `NodeConfig` is built once, by the supervisor's `krill start`, from four layers merged per
+field: command-line flags, then `KRILL_<FIELD>` environment variables, then a YAML file, then
+the defaults below (DESIGN.md §10). Compound `host:port` keys (`listen`, `advertise`,
+`reader_listen`) are split into their `*_host`/`*_port` fields before the merge, so
+`--listen 0.0.0.0:9092` and `KRILL_LISTEN_PORT=9000` combine field by field. The supervisor
+hands the result to each shard process as JSON (`to_json`/`from_json`).
+
+Every mistake is a `ConfigError` whose message is one line naming the source and the key, so
+the CLI can print it as `krill: error: <message>` and stop.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = [
+    "ConfigError",
+    "NodeConfig",
+    "load_config",
+    "parse_host_port",
+    "usable_cores",
+]
+
+MiB = 1024 * 1024
+DAY_MS = 24 * 60 * 60 * 1000
+
+ENV_PREFIX = "KRILL_"
+LOG_LEVELS = ("trace", "debug", "info", "warning", "error", "critical")
+STORAGE_MODES = ("buffered", "direct")
+
+# Compound keys accepted in flags, the environment and the file: key -> (host field, port field).
+HOST_PORT_KEYS = {
+    "listen": ("listen_host", "listen_port"),
+    "advertise": ("advertise_host", "advertise_port"),
+    "reader_listen": ("reader_host", "reader_port"),
+}
+
+# Hosts that mean "every interface": clients cannot connect to them, so never advertise them.
+WILDCARD_HOSTS = ("0.0.0.0", "::", "")
+
+
+class ConfigError(ValueError):
+    """A user's configuration mistake; the message is one line."""
+
+
+def usable_cores() -> int:
+    """The number of cores this process may run on (its CPU affinity, not the machine's)."""
+    return len(os.sched_getaffinity(0))
+
+
+@dataclass(frozen=True)
+class NodeConfig:
+    data_dir: str = "./data"
+    listen_host: str = "127.0.0.1"
+    listen_port: int = 9092
+    advertise_host: str | None = None  # None: the listen host, or 127.0.0.1 for a wildcard
+    advertise_port: int | None = None  # None: the listen port
+    node_id: int = 0
+    smp: int = field(default_factory=usable_cores)  # shard processes, one per core
+    reader_host: str = "127.0.0.1"
+    reader_port: int = 9093
+    rpc_port: int = 33145
+    admin_port: int = 9644
+    auto_create_topics: bool = True
+    default_partitions: int = 1
+    default_replicas: int = 1
+    message_max_bytes: int = 1048588  # Kafka's default: 1 MiB plus the batch overhead
+    segment_bytes: int = 128 * MiB
+    segment_ms: int = 7 * DAY_MS
+    storage_mode: str = "buffered"  # "buffered" (page cache) or "direct" (O_DIRECT)
+    log_level: str = "info"
+
+    def __post_init__(self) -> None:
+        # Structural checks only: smp against the usable cores is checked in load_config,
+        # because a shard process reading this back from JSON is pinned to a single core.
+        for name, value in dataclasses.asdict(self).items():
+            _check_type(name, value)
+        for name in ("listen_port", "reader_port", "rpc_port", "admin_port"):
+            _check_port(name, getattr(self, name))
+        if self.advertise_port is not None:
+            _check_port("advertise_port", self.advertise_port)
+        for name in ("listen_host", "reader_host"):
+            _check_host(name, getattr(self, name), wildcard_ok=True)
+        if self.advertise_host is not None:
+            _check_host("advertise_host", self.advertise_host, wildcard_ok=False)
+        for name in ("smp", "default_partitions", "default_replicas", "message_max_bytes",
+                     "segment_bytes", "segment_ms"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be at least 1, not {getattr(self, name)}")
+        if self.node_id < 0:
+            raise ConfigError(f"node_id must not be negative, not {self.node_id}")
+        if not self.data_dir:
+            raise ConfigError("data_dir must not be empty")
+        if self.log_level not in LOG_LEVELS:
+            raise ConfigError(
+                f"log_level must be one of {', '.join(LOG_LEVELS)}, not {self.log_level!r}")
+        if self.storage_mode not in STORAGE_MODES:
+            raise ConfigError(
+                f"storage_mode must be one of {', '.join(STORAGE_MODES)}, "
+                f"not {self.storage_mode!r}")
+
+    @property
+    def advertise(self) -> tuple[str, int]:
+        """The (host, port) clients are told to connect to in Metadata responses."""
+        host = self.advertise_host
+        if host is None:
+            host = "127.0.0.1" if self.listen_host in WILDCARD_HOSTS else self.listen_host
+        port = self.listen_port if self.advertise_port is None else self.advertise_port
+        return host, port
+
+    @property
+    def listen(self) -> tuple[str, int]:
+        return self.listen_host, self.listen_port
+
+    @property
+    def reader_listen(self) -> tuple[str, int]:
+        return self.reader_host, self.reader_port
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> NodeConfig:
+        try:
+            values = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise ConfigError(f"node config JSON is malformed: {e}") from None
+        if not isinstance(values, dict):
+            raise ConfigError("node config JSON must be an object")
+        unknown = sorted(set(values) - set(_FIELD_TYPES))
+        if unknown:
+            raise ConfigError(f"node config JSON has unknown key(s): {', '.join(unknown)}")
+        return cls(**values)
+
+
+# Field name -> the scalar type it holds (Optional fields map to their inner type).
+_FIELD_TYPES: dict[str, type] = {
+    "data_dir": str, "listen_host": str, "listen_port": int, "advertise_host": str,
+    "advertise_port": int, "node_id": int, "smp": int, "reader_host": str, "reader_port": int,
+    "rpc_port": int, "admin_port": int, "auto_create_topics": bool, "default_partitions": int,
+    "default_replicas": int, "message_max_bytes": int, "segment_bytes": int, "segment_ms": int,
+    "storage_mode": str, "log_level": str,
+}
+_OPTIONAL_FIELDS = ("advertise_host", "advertise_port")
+assert set(_FIELD_TYPES) == {f.name for f in dataclasses.fields(NodeConfig)}
+
+
+def _check_type(name: str, value: object) -> None:
+    if value is None and name in _OPTIONAL_FIELDS:
+        return
+    expected = _FIELD_TYPES[name]
+    # bool is a subclass of int: `listen_port: true` must not pass as port 1.
+    if not isinstance(value, expected) or (expected is int and isinstance(value, bool)):
+        raise ConfigError(f"{name} must be {_TYPE_WORDS[expected]}, not {value!r}")
+
+
+_TYPE_WORDS = {str: "a string", int: "an integer", bool: "true or false"}
+
+
+def _check_port(name: str, port: int) -> None:
+    if not 1 <= port <= 65535:
+        raise ConfigError(f"{name} must be between 1 and 65535, not {port}")
+
+
+def _check_host(name: str, host: str, wildcard_ok: bool) -> None:
+    if not wildcard_ok and host in WILDCARD_HOSTS:
+        raise ConfigError(f"{name} must be an address clients can reach, not {host!r}")
+    if host == "" or any(c.isspace() for c in host) or "/" in host:
+        raise ConfigError(f"{name} is not a valid host: {host!r}")
+
+
+def parse_host_port(text: str, what: str = "address") -> tuple[str, int]:
+    """Split `host:port` (or `[ipv6]:port`) into a host and a port in 1..65535.
+
+    >>> parse_host_port("0.0.0.0:9092")
+    ('0.0.0.0', 9092)
+    >>> parse_host_port("[::1]:9093")
+    ('::1', 9093)
+    """
+    if not isinstance(text, str):
+        raise ConfigError(f"{what} must be host:port, not {text!r}")
+    if text.startswith("["):
+        host, sep, rest = text[1:].partition("]")
+        ok = sep == "]" and rest.startswith(":")
+        port_text = rest[1:]
+    else:
+        host, sep, port_text = text.rpartition(":")
+        ok = sep == ":" and ":" not in host
+    if not ok or not host or any(c.isspace() for c in host):
+        raise ConfigError(f"{what} must be host:port, not {text!r}")
+    if not port_text.isdigit() or not 1 <= int(port_text) <= 65535:
+        raise ConfigError(f"{what} {text!r} has a bad port: use 1-65535")
+    return host, int(port_text)
+
+
+def _convert(name: str, value: Any, label: str) -> Any:
+    """Turn a raw value from the environment or the file into the field's type."""
+    expected = _FIELD_TYPES[name]
+    if value is None and name in _OPTIONAL_FIELDS:
+        return None
+    if expected is bool:
+        if isinstance(value, bool):
+            return value
+        text = str(value).strip().lower()
+        if text in ("true", "yes", "on", "1"):
+            return True
+        if text in ("false", "no", "off", "0"):
+            return False
+    elif expected is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+            return int(value)
+    elif expected is str:
+        if isinstance(value, str):
+            return value.lower() if name in ("log_level", "storage_mode") else value
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return str(value)  # YAML reads `data_dir: 2024` as an integer
+    raise ConfigError(f"{label} must be {_TYPE_WORDS[expected]}, not {value!r}")
+
+
+def _layer(
+    raw: Mapping[str, Any], label: Callable[[str], str], strict: str | None = None
+) -> dict[str, Any]:
+    """Map one source's keys to field values; with `strict` (the source's name), keys that
+    are not ours are an error.
+
+    `label(key)` names a key in error messages (`--listen`, `KRILL_LISTEN`, ...). None means
+    "not given" and is skipped, so a lower layer's value stands.
+    """
+    values: dict[str, Any] = {}
+    for key, value in raw.items():
+        if value is None:
+            continue
+        if key in HOST_PORT_KEYS:
+            host_field, port_field = HOST_PORT_KEYS[key]
+            values[host_field], values[port_field] = parse_host_port(value, label(key))
+        elif key in _FIELD_TYPES:
+            values[key] = _convert(key, value, label(key))
+        elif strict is not None:
+            raise ConfigError(f"{strict}: unknown key {key!r}")
+    return values
+
+
+def _flag_label(key: str) -> str:
+    return "--" + key.replace("_", "-")
+
+
+def _env_label(key: str) -> str:
+    return ENV_PREFIX + key.upper()
+
+
+def _env_layer(environ: Mapping[str, str]) -> dict[str, Any]:
+    raw = {key: environ[_env_label(key)] for key in (*HOST_PORT_KEYS, *_FIELD_TYPES)
+           if environ.get(_env_label(key), "") != ""}
+    return _layer(raw, _env_label)
+
+
+def _file_layer(path: str) -> dict[str, Any]:
+    import yaml  # only `krill start --config` needs it
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            raw = yaml.safe_load(f)
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path!r} not found") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"config file {path!r} cannot be read: {e}") from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        problem = getattr(e, "problem", None) or "invalid YAML"
+        raise ConfigError(f"config file {path!r} is not valid YAML{where}: {problem}") from None
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"config file {path!r} must be a mapping of key: value")
+    for key in raw:
+        if not isinstance(key, str):
+            raise ConfigError(f"config file {path!r}: unknown key {key!r}")
+    source = f"config file {path!r}"
+    return _layer(raw, lambda key: f"{source}: {key}", strict=source)
+
+
+def load_config(
+    args: argparse.Namespace | Mapping[str, Any],
+    environ: Mapping[str, str],
+    config_file: str | None,
+) -> NodeConfig:
+    """Merge flags > environment > file > defaults into a checked `NodeConfig`.
+
+    `args` holds flag values under field names or the compound keys (`listen`, ...); None
+    means "not given", and keys that are not configuration (`command`, ...) are ignored.
+    """
+    flags = vars(args) if isinstance(args, argparse.Namespace) else dict(args)
+    merged: dict[str, Any] = {}
+    if config_file is not None:
+        merged.update(_file_layer(config_file))
+    merged.update(_env_layer(environ))
+    merged.update(_layer(flags, _flag_label))
+    config = NodeConfig(**merged)
+    cores = usable_cores()
+    if config.smp > cores:
+        raise ConfigError(f"smp {config.smp} is more than the {cores} usable core(s)")
+    return config
