@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import concurrent.futures
 import ctypes
 import logging
 import os
@@ -40,6 +39,7 @@ from actors.services import BrokerSettings, TopicTable
 from actors.topic_config import TopicSettings
 from shards import limits
 from shards.config import NodeConfig
+from shards.io_pool import IoPool
 
 __all__ = ["Shard", "main"]
 
@@ -66,9 +66,7 @@ class Shard:
             segment_ms=config.segment_ms,
         )
         self.loop = asyncio.new_event_loop()
-        self._pool = concurrent.futures.ThreadPoolExecutor(
-            max_workers=limits.io_threads, thread_name_prefix=f"shard{shard_id}-io"
-        )
+        self._io = IoPool(self.loop, limits.io_threads, f"shard{shard_id}-io")
         self._table = TopicTable()
         self._partitions: dict[tuple[str, int], ActorRef[Any]] = {}
         self._topic_settings: dict[str, TopicSettings] = {}
@@ -91,14 +89,7 @@ class Shard:
     def run_blocking(
         self, fn: Callable[[], Any], done: Callable[[Any, BaseException | None], None]
     ) -> None:
-        loop = self.loop
-
-        def finished(future: concurrent.futures.Future[Any]) -> None:
-            error = future.exception()
-            result = None if error is not None else future.result()
-            loop.call_soon_threadsafe(done, result, error)
-
-        self._pool.submit(fn).add_done_callback(finished)
+        self._io.run(fn, done)
 
     # Topic table --------------------------------------------------------------------------
 
@@ -188,7 +179,7 @@ class Shard:
         try:
             self.loop.run_forever()
         finally:
-            self._pool.shutdown(wait=True)
+            self._io.shutdown()
             self.loop.close()
         log.info("shard %d stopped", self.shard_id)
 
