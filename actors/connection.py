@@ -48,12 +48,15 @@ _IOV_MAX = 512
 class _Slot:
     """One request awaiting its response, in the connection's request order."""
 
-    __slots__ = ("correlation_id", "api_key", "version", "response", "done")
+    __slots__ = ("correlation_id", "api_key", "version", "charged_bytes", "response", "done")
 
-    def __init__(self, correlation_id: int, api_key: int, version: int) -> None:
+    def __init__(
+        self, correlation_id: int, api_key: int, version: int, charged_bytes: int = 0
+    ) -> None:
         self.correlation_id = correlation_id
         self.api_key = api_key
         self.version = version
+        self.charged_bytes = charged_bytes  # request bytes held against the shard's budget
         self.response: Any = None
         self.done = False
 
@@ -102,6 +105,7 @@ class Connection(LoopActor):
         self._out_bytes = 0
         self._reading = False
         self._writing = False
+        self._waiting_for_memory = False
         self._closed = False
 
     def __str__(self) -> str:
@@ -136,6 +140,9 @@ class Connection(LoopActor):
         if self._writing:
             loop.remove_writer(self._fd)
         self._reading = self._writing = False
+        memory = self._services.memory
+        for slot in self._pending:
+            memory.release(slot.charged_bytes)
         self._pending.clear()
         self._out.clear()
         self._sock.close()
@@ -143,9 +150,26 @@ class Connection(LoopActor):
     # Reading ------------------------------------------------------------------------------
 
     def _resume_reading(self) -> None:
+        if self._services.memory.over():
+            # The shard has too many bytes in flight: read again once some are released.
+            if not self._waiting_for_memory:
+                self._waiting_for_memory = True
+                self._services.memory.when_under(self._memory_available)
+            return
         if not self._reading and not self._closed:
             self._reading = True
             current_loop().add_reader(self._fd, self._on_readable)
+
+    def _memory_available(self) -> None:
+        self._waiting_for_memory = False
+        if not self._closed and self._can_read():
+            self._resume_reading()
+
+    def _can_read(self) -> bool:
+        return (
+            len(self._pending) < limits.connection_inflight_requests_max
+            and self._out_bytes < limits.connection_send_queue_bytes_max
+        )
 
     def _pause_reading(self) -> None:
         if self._reading:
@@ -184,11 +208,9 @@ class Connection(LoopActor):
             if self._closed:
                 return
             self._handle_frame(frame)
-        if (
-            len(self._pending) >= limits.connection_inflight_requests_max
-            or self._out_bytes >= limits.connection_send_queue_bytes_max
-        ):
+        if not self._can_read() or self._services.memory.over():
             self._pause_reading()
+            self._resume_reading()  # waits for memory if that is what is short
 
     def _handle_frame(self, frame: bytearray) -> None:
         try:
@@ -215,7 +237,8 @@ class Connection(LoopActor):
             return
         slot = None
         if handler.expects_response(request):
-            slot = _Slot(correlation_id, api_key, version)
+            slot = _Slot(correlation_id, api_key, version, len(frame))
+            self._services.memory.acquire(len(frame))
             self._pending.append(slot)
         context = RequestContext(self, self._services, api_key, version, header.client_id, slot)
         try:
@@ -248,12 +271,13 @@ class Connection(LoopActor):
         pending = self._pending
         if pending[0] is not slot:
             return
+        memory = self._services.memory
         while pending and pending[0].done:
-            self._encode(pending.popleft())
+            done = pending.popleft()
+            self._encode(done)
+            memory.release(done.charged_bytes)
         self._send()
-        if len(pending) < limits.connection_inflight_requests_max and (
-            self._out_bytes < limits.connection_send_queue_bytes_max
-        ):
+        if self._can_read():
             self._resume_reading()
 
     def _encode(self, slot: _Slot) -> None:
@@ -293,7 +317,7 @@ class Connection(LoopActor):
 
     def _on_writable(self) -> None:
         self._send()
-        if not self._out and not self._closed:
+        if not self._closed and self._can_read():
             self._resume_reading()
 
     def _send_region(self, region: Any) -> int | None:

@@ -35,6 +35,7 @@ __all__ = [
     "CreatePartitions",
     "AllocateProducerId",
     "metadata_dir",
+    "load_topic_table",
     "load_cluster_id",
 ]
 
@@ -56,6 +57,18 @@ def load_cluster_id(data_dir: str | Path) -> str:
     cluster_id = str(uuid.uuid4())
     write_json_atomic(path, {"cluster_id": cluster_id})
     return cluster_id
+
+
+def load_topic_table(data_dir: str | Path) -> TopicTable:
+    """The topic table as last written to `<data_dir>/_krill/topics.json` (empty if none)."""
+    stored = read_json(metadata_dir(data_dir) / "topics.json", {"version": 0, "topics": []})
+    topics = {
+        t["name"]: TopicInfo(
+            t["name"], bytes.fromhex(t["id"]), t["partitions"], t["configs"], t["internal"]
+        )
+        for t in stored["topics"]
+    }
+    return TopicTable(topics, stored["version"])
 
 
 class TopicSpec(NamedTuple):
@@ -95,6 +108,10 @@ class AllocateProducerId(NamedTuple):
     reply: Callable[[int], None]
 
 
+def _nothing() -> None:
+    pass
+
+
 def check_topic_name(name: str) -> str | None:
     """Why `name` is not a legal topic name, or None if it is (Kafka's Topic.validate)."""
     if not name:
@@ -109,7 +126,11 @@ def check_topic_name(name: str) -> str | None:
 
 
 class Controller(LoopActor):
-    def __init__(self, settings: BrokerSettings, on_change: Callable[[TopicTable], None]) -> None:
+    def __init__(
+        self,
+        settings: BrokerSettings,
+        on_change: Callable[[TopicTable, Callable[[], None]], None],
+    ) -> None:
         super().__init__()
         self.settings = settings
         self._on_change = on_change
@@ -125,17 +146,10 @@ class Controller(LoopActor):
         }
 
     def on_start(self) -> None:
-        stored = read_json(self._dir / "topics.json", {"version": 0, "topics": []})
-        topics = {
-            t["name"]: TopicInfo(
-                t["name"], bytes.fromhex(t["id"]), t["partitions"], t["configs"], t["internal"]
-            )
-            for t in stored["topics"]
-        }
-        self._table = TopicTable(topics, stored["version"])
+        self._table = load_topic_table(self.settings.data_dir)
         ids = read_json(self._dir / "producer_ids.json", {"next": 1})
         self._next_producer_id = self._producer_id_limit = int(ids["next"])
-        self._on_change(self._table)
+        self._on_change(self._table, _nothing)
 
     def table(self) -> TopicTable:
         return self._table
@@ -158,11 +172,12 @@ class Controller(LoopActor):
                 topics[spec.name] = result.info
             results.append(result)
         if not m.validate_only and any(r.error == ErrorCode.NONE for r in results):
-            self._publish(topics)
             for r in results:
                 if r.info is not None:
                     log.info("created topic %s with %d partitions", r.name, r.info.partitions)
-        m.reply(results)
+            self._publish(topics, lambda: m.reply(results))
+        else:
+            m.reply(results)
 
     def _check_create(self, spec: TopicSpec, topics: dict[str, TopicInfo]) -> TopicResult:
         name = spec.name
@@ -217,8 +232,9 @@ class Controller(LoopActor):
             results.append(TopicResult(info.name, ErrorCode.NONE, None, info))
             log.info("deleted topic %s", info.name)
         if any(r.error == ErrorCode.NONE for r in results):
-            self._publish(topics)
-        m.reply(results)
+            self._publish(topics, lambda: m.reply(results))
+        else:
+            m.reply(results)
 
     def _create_partitions(self, m: CreatePartitions) -> None:
         topics = dict(self._table.topics)
@@ -240,10 +256,13 @@ class Controller(LoopActor):
                     topics[name] = grown
                 results.append(TopicResult(name, ErrorCode.NONE, None, grown))
         if not m.validate_only and any(r.error == ErrorCode.NONE for r in results):
-            self._publish(topics)
-        m.reply(results)
+            self._publish(topics, lambda: m.reply(results))
+        else:
+            m.reply(results)
 
-    def _publish(self, topics: dict[str, TopicInfo]) -> None:
+    def _publish(self, topics: dict[str, TopicInfo], done: Callable[[], None]) -> None:
+        """Write the new table, then hand it to every shard; `done` once all have it, so a
+        client told "created" finds the topic on whichever shard its next connection lands."""
         table = TopicTable(topics, self._table.version + 1)
         write_json_atomic(
             self._dir / "topics.json",
@@ -262,7 +281,7 @@ class Controller(LoopActor):
             },
         )
         self._table = table
-        self._on_change(table)
+        self._on_change(table, done)
 
     # Producer ids -------------------------------------------------------------------------
 

@@ -67,12 +67,15 @@ class ProduceResult(NamedTuple):
 
 
 class Produce(NamedTuple):
-    """Append validated batches. `reply` is None for acks=0."""
+    """Append validated batches. `reply` (phase two, "produced") is None for acks=0;
+    `on_dispatched` (phase one) runs once the batches are appended or refused, when the order
+    is fixed and the bytes are the partition's own (a cross-core produce frees its copy)."""
 
     records: memoryview  # writable: offsets are patched in place
     headers: list[BatchHeader]
     acks: int
     reply: Callable[[ProduceResult], None] | None
+    on_dispatched: Callable[[], None] | None = None
 
 
 class FetchBudget:
@@ -237,6 +240,14 @@ class Partition(LoopActor):
     # Produce ------------------------------------------------------------------------------
 
     def _produce(self, m: Produce) -> None:
+        # Phase one is answered as the partition takes the message: from here its place in the
+        # log is fixed (messages are handled one at a time, and the append below runs in this
+        # same turn, before any reply can leave the shard).
+        if m.on_dispatched is not None:
+            m.on_dispatched()
+        self._append(m)
+
+    def _append(self, m: Produce) -> None:
         log_ = self._log
         if log_ is None or self._failed is not None:
             self._answer(m, ProduceResult(self._failed or ErrorCode.NOT_LEADER_OR_FOLLOWER))

@@ -12,9 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from pykka import ActorRef
-
-__all__ = ["BrokerSettings", "TopicInfo", "TopicTable", "Services", "now_ms"]
+__all__ = ["BrokerSettings", "Memory", "TopicInfo", "TopicTable", "Services", "now_ms"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +29,8 @@ class BrokerSettings:
     message_max_bytes: int = 1048588
     segment_bytes: int = 128 * 1024 * 1024
     segment_ms: int = 7 * 24 * 3600 * 1000
+    offsets_topic_partitions: int = 50  # partitions of __consumer_offsets (Kafka's default)
+    group_initial_rebalance_delay_ms: int = 3000  # Kafka's group.initial.rebalance.delay.ms
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,19 +56,35 @@ class TopicTable:
         return None
 
 
+class Memory(Protocol):
+    """The shard's budget of bytes in flight (see shards/memory.py)."""
+
+    def acquire(self, nbytes: int) -> None: ...
+    def release(self, nbytes: int) -> None: ...
+    def over(self) -> bool: ...
+    def when_under(self, callback: Callable[[], None]) -> None: ...
+
+
 class Services(Protocol):
     settings: BrokerSettings
+    memory: Memory
 
     def topics(self) -> TopicTable:
         """The current topic table snapshot."""
         ...
 
-    def partition(self, topic: str, index: int) -> ActorRef[Any] | None:
-        """The actor owning that partition, or None if it does not exist."""
+    def partition(self, topic: str, index: int) -> Any:
+        """The actor owning that partition (an ActorRef, or a stand-in with `tell()` when
+        another shard owns it), or None if it does not exist."""
         ...
 
-    def controller(self) -> ActorRef[Any]:
+    def controller(self) -> Any:
         """The actor owning cluster metadata (topics, producer ids)."""
+        ...
+
+    def group_coordinator(self, group_id: str) -> Any:
+        """The GroupCoordinator owning `group_id` (the owner of its `__consumer_offsets`
+        partition), or None if it cannot be reached from here."""
         ...
 
     def run_blocking(

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from shards.config import LOG_LEVELS, ConfigError, load_config
+from shards.group_cli import add_group_commands
 from shards.topic_cli import CommandError, add_topic_commands
 
 __all__ = ["main"]
@@ -60,9 +61,15 @@ def build_parser() -> argparse.ArgumentParser:
                        help="YAML node config (env KRILL_CONFIG); flags and KRILL_* win")
     start.add_argument("--log-level", type=str.lower, choices=LOG_LEVELS,
                        help="default info")
+    start.add_argument("--offsets-topic-partitions", type=int, metavar="N",
+                       help="partitions of __consumer_offsets (default 50)")
+    start.add_argument("--group-initial-rebalance-delay-ms", type=int, metavar="MS",
+                       help="wait for more members before a new group's first rebalance "
+                            "(default 3000)")
     start.set_defaults(func=start_command)
 
     add_topic_commands(commands)
+    add_group_commands(commands)
     return parser
 
 

@@ -75,6 +75,10 @@ class NodeConfig:
     message_max_bytes: int = 1048588  # Kafka's default: 1 MiB plus the batch overhead
     segment_bytes: int = 128 * MiB
     segment_ms: int = 7 * DAY_MS
+    # Bytes in flight per shard before its connections stop reading (shards/memory.py).
+    memory_budget_bytes: int = 256 * MiB
+    offsets_topic_partitions: int = 50  # __consumer_offsets partitions (Kafka's default)
+    group_initial_rebalance_delay_ms: int = 3000  # Kafka's group.initial.rebalance.delay.ms
     storage_mode: str = "buffered"  # "buffered" (page cache) or "direct" (O_DIRECT)
     log_level: str = "info"
 
@@ -92,9 +96,13 @@ class NodeConfig:
         if self.advertise_host is not None:
             _check_host("advertise_host", self.advertise_host, wildcard_ok=False)
         for name in ("smp", "default_partitions", "default_replicas", "message_max_bytes",
-                     "segment_bytes", "segment_ms"):
+                     "segment_bytes", "segment_ms", "memory_budget_bytes",
+                     "offsets_topic_partitions"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be at least 1, not {getattr(self, name)}")
+        if self.group_initial_rebalance_delay_ms < 0:
+            raise ConfigError("group_initial_rebalance_delay_ms must not be negative, not "
+                              f"{self.group_initial_rebalance_delay_ms}")
         if self.node_id < 0:
             raise ConfigError(f"node_id must not be negative, not {self.node_id}")
         if not self.data_dir:
@@ -147,6 +155,8 @@ _FIELD_TYPES: dict[str, type] = {
     "advertise_port": int, "node_id": int, "smp": int, "reader_host": str, "reader_port": int,
     "rpc_port": int, "admin_port": int, "auto_create_topics": bool, "default_partitions": int,
     "default_replicas": int, "message_max_bytes": int, "segment_bytes": int, "segment_ms": int,
+    "memory_budget_bytes": int, "offsets_topic_partitions": int,
+    "group_initial_rebalance_delay_ms": int,
     "storage_mode": str, "log_level": str,
 }
 _OPTIONAL_FIELDS = ("advertise_host", "advertise_port")

@@ -15,3 +15,10 @@ shard_stop_timeout_s = 30.0
 shard_drain_timeout_s = 10.0
 # Open files a shard asks for (segments keep their files open while the log is open).
 open_files_wanted = 65536
+# Segment files of other shards kept open for sendfile (cross-core fetches), least recently
+# used closed first. A cached fd keeps a deleted segment's disk space until it is closed.
+remote_segment_fds_max = 1024
+# Bytes in flight per shard (requests read but not answered, plus pipe backlog) before its
+# connections stop reading: bounds memory under any load. A few full-size produce requests
+# per connection fit many times over.
+shard_memory_budget_bytes = 256 * 1024 * 1024

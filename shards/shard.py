@@ -32,7 +32,9 @@ from typing import Any
 from pykka import ActorRef, ActorRegistry
 
 from actors.connection import Connection
-from actors.controller import Controller, load_cluster_id
+from actors.controller import Controller, load_cluster_id, load_topic_table
+from actors.group import OFFSETS_TOPIC, offsets_partition
+from actors.group.coordinator import GroupCoordinator
 from actors.partition import Delete, Partition, UpdateSettings
 from actors.runtime import bind_loop, stop_all_actors
 from actors.services import BrokerSettings, TopicTable
@@ -40,6 +42,10 @@ from actors.topic_config import TopicSettings
 from shards import limits
 from shards.config import NodeConfig
 from shards.io_pool import IoPool
+from shards.memory import MemoryBudget
+from shards.pipes import ZmqPipeMesh
+from shards.remote import RemoteController, RemotePartition, Router
+from shards.shard_table import shard_of
 
 __all__ = ["Shard", "main"]
 
@@ -49,9 +55,11 @@ _PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
 class Shard:
-    def __init__(self, config: NodeConfig, shard_id: int) -> None:
+    def __init__(self, config: NodeConfig, shard_id: int, shards: int, run_dir: str) -> None:
         self.config = config
         self.shard_id = shard_id
+        self.shards = shards
+        self.run_dir = run_dir
         host, port = config.advertise
         self.settings = BrokerSettings(
             node_id=config.node_id,
@@ -64,13 +72,20 @@ class Shard:
             message_max_bytes=config.message_max_bytes,
             segment_bytes=config.segment_bytes,
             segment_ms=config.segment_ms,
+            offsets_topic_partitions=config.offsets_topic_partitions,
+            group_initial_rebalance_delay_ms=config.group_initial_rebalance_delay_ms,
         )
         self.loop = asyncio.new_event_loop()
         self._io = IoPool(self.loop, limits.io_threads, f"shard{shard_id}-io")
         self._table = TopicTable()
-        self._partitions: dict[tuple[str, int], ActorRef[Any]] = {}
+        self._partitions: dict[tuple[str, int], ActorRef[Any]] = {}  # owned here
+        self._remote_partitions: dict[tuple[str, int], RemotePartition] = {}
         self._topic_settings: dict[str, TopicSettings] = {}
-        self._controller: ActorRef[Any] | None = None
+        self._controller: Any = None
+        self._group_coordinator: ActorRef[Any] | None = None
+        self._mesh: Any = None
+        self._router: Router | None = None
+        self.memory = MemoryBudget(config.memory_budget_bytes, self._pipe_backlog_bytes)
         self._listener: socket.socket | None = None
         self._stopping = False
 
@@ -79,12 +94,34 @@ class Shard:
     def topics(self) -> TopicTable:
         return self._table
 
-    def partition(self, topic: str, index: int) -> ActorRef[Any] | None:
+    def partition(self, topic: str, index: int) -> Any:
+        key = (topic, index)
+        local = self._partitions.get(key)
+        if local is not None:
+            return local
+        return self._remote_partitions.get(key)
+
+    def local_partition(self, topic: str, index: int) -> ActorRef[Any] | None:
         return self._partitions.get((topic, index))
 
-    def controller(self) -> ActorRef[Any]:
+    def owner_of(self, topic: str, index: int) -> int:
+        return shard_of(topic, index, self.shards)
+
+    def controller(self) -> Any:
         assert self._controller is not None
         return self._controller
+
+    def group_coordinator(self, group_id: str) -> Any:
+        # The coordinator of a group owned by another shard is not reachable over the pipes
+        # yet: None makes handlers answer NOT_COORDINATOR / COORDINATOR_NOT_AVAILABLE.
+        info = self._table.topics.get(OFFSETS_TOPIC)
+        count = info.partitions if info is not None else self.settings.offsets_topic_partitions
+        if self.owner_of(OFFSETS_TOPIC, offsets_partition(group_id, count)) != self.shard_id:
+            return None
+        return self._group_coordinator
+
+    def _owns_offsets_partition(self, index: int) -> bool:
+        return self.owner_of(OFFSETS_TOPIC, index) == self.shard_id
 
     def run_blocking(
         self, fn: Callable[[], Any], done: Callable[[Any, BaseException | None], None]
@@ -93,9 +130,20 @@ class Shard:
 
     # Topic table --------------------------------------------------------------------------
 
+    def publish_topics(self, table: TopicTable, done: Callable[[], None]) -> None:
+        """The Controller (shard 0 only) changed the table: apply it here, then on every
+        other shard; `done()` once every shard has it."""
+        self.on_topics_changed(table)
+        if self._router is None:
+            done()
+        else:
+            self._router.broadcast_topics(table, done)
+
     def on_topics_changed(self, table: TopicTable) -> None:
-        """Start and stop Partition actors so this shard owns exactly the table's partitions."""
+        """Start and stop Partition actors so this shard owns exactly its share of the table."""
         old = self._table
+        if table.version <= old.version and old.version:
+            return  # a copy of the table this shard already has (start-up races)
         self._table = table
         for name, info in table.topics.items():
             settings = TopicSettings.of(info.configs, self.settings)
@@ -105,10 +153,19 @@ class Shard:
                 previous = None
             if previous is not None and self._topic_settings.get(name) != settings:
                 for index in range(previous.partitions):
-                    self._partitions[(name, index)].tell(UpdateSettings(settings))
+                    ref = self._partitions.get((name, index))
+                    if ref is not None:
+                        ref.tell(UpdateSettings(settings))
             self._topic_settings[name] = settings
             first_new = previous.partitions if previous is not None else 0
             for index in range(first_new, info.partitions):
+                owner = self.owner_of(name, index)
+                if owner != self.shard_id:
+                    assert self._router is not None
+                    self._remote_partitions[(name, index)] = RemotePartition(
+                        self._router, owner, name, index
+                    )
+                    continue
                 directory = Path(self.settings.data_dir) / f"{name}-{index}"
                 self._partitions[(name, index)] = Partition.start(
                     name, index, directory, settings, self
@@ -120,16 +177,39 @@ class Shard:
     def _delete_topic(self, name: str, partitions: int) -> None:
         self._topic_settings.pop(name, None)
         for index in range(partitions):
+            self._remote_partitions.pop((name, index), None)
             ref = self._partitions.pop((name, index), None)
             if ref is not None:
                 ref.tell(Delete())
+            elif self._router is not None:
+                self._router.forget_segments(
+                    str(Path(self.settings.data_dir) / f"{name}-{index}") + "/"
+                )
 
     # Serving ------------------------------------------------------------------------------
 
     def start(self) -> None:
         bind_loop(self.loop)
         asyncio.set_event_loop(self.loop)
-        self._controller = Controller.start(self.settings, self.on_topics_changed)
+        if self.shards > 1:
+            self._mesh = ZmqPipeMesh(
+                self.shard_id,
+                self.shards,
+                self.run_dir,
+                self.loop,
+                self._on_pipe_message,
+                on_backlog=lambda _target, _bytes: self.memory.wake(),
+            )
+            self._router = Router(self, self._mesh)
+        if self.shard_id == 0:
+            self._controller = Controller.start(self.settings, self.publish_topics)
+        else:
+            assert self._router is not None
+            self._controller = RemoteController(self._router)
+            # The table as shard 0 last wrote it (a read-only file); newer versions follow
+            # on the pipe from shard 0, in order.
+            self.on_topics_changed(load_topic_table(self.settings.data_dir))
+        self._group_coordinator = GroupCoordinator.start(self, self._owns_offsets_partition)
         self._listener = _listen(self.config.listen)
         self.loop.add_reader(self._listener.fileno(), self._accept)
         for signum in (signal.SIGTERM, signal.SIGINT):
@@ -144,6 +224,16 @@ class Shard:
             port,
             self.settings.data_dir,
         )
+
+    def _on_pipe_message(self, source: int, header: Any, frames: list[Any]) -> None:
+        assert self._router is not None
+        self._router.on_message(source, header, frames)
+
+    def _pipe_backlog_bytes(self) -> int:
+        mesh = self._mesh
+        if mesh is None:
+            return 0
+        return sum(mesh.writer(t).backlog_bytes for t in range(self.shards) if t != self.shard_id)
 
     def _accept(self) -> None:
         assert self._listener is not None
@@ -180,6 +270,10 @@ class Shard:
             self.loop.run_forever()
         finally:
             self._io.shutdown()
+            if self._router is not None:
+                self._router.close()
+            if self._mesh is not None:
+                self._mesh.close()
             self.loop.close()
         log.info("shard %d stopped", self.shard_id)
 
@@ -234,6 +328,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--core", type=int, required=True)
     parser.add_argument("--config-json", required=True)
     parser.add_argument("--supervisor-pid", type=int, default=os.getppid())
+    parser.add_argument("--shards", type=int, default=1)
+    parser.add_argument("--run-dir", default="")
     args = parser.parse_args(argv)
     config = NodeConfig.from_json(args.config_json)
     setup_logging(config.log_level, args.shard)
@@ -242,7 +338,7 @@ def main(argv: list[str] | None = None) -> int:
     _raise_open_files_limit()
     threading.current_thread().name = f"shard{args.shard}"
     try:
-        Shard(config, args.shard).run()
+        Shard(config, args.shard, args.shards, args.run_dir).run()
     except OSError as e:
         log.error("shard %d cannot serve: %s", args.shard, e)
         return 1

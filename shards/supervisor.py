@@ -15,13 +15,16 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import IO
 
+from actors.controller import load_cluster_id
 from shards import limits
 from shards.config import NodeConfig
 from shards.shard import setup_logging
@@ -29,10 +32,6 @@ from shards.shard import setup_logging
 __all__ = ["run"]
 
 log = logging.getLogger("krill.supervisor")
-
-# Shard processes per node this build can run: several shards need the shard table and the
-# pipe mesh (per-core shards), which are not built yet.
-_SHARDS_SUPPORTED = 1
 
 
 def run(config: NodeConfig) -> int:
@@ -43,14 +42,11 @@ def run(config: NodeConfig) -> int:
     if lock is None:
         print(f"krill: error: data directory {data_dir} is in use by another node", file=sys.stderr)
         return 1
-    shards = min(config.smp, _SHARDS_SUPPORTED)
-    if config.smp > shards:
-        log.warning(
-            "--smp %d asked for; this build runs %d shard per node (per-core shards come next)",
-            config.smp,
-            shards,
-        )
+    shards = config.smp
     cores = sorted(os.sched_getaffinity(0))
+    load_cluster_id(data_dir)  # made once, before any shard reads it
+    # The pipes' ipc:// sockets live here; a short path (sun_path holds 107 bytes).
+    run_dir = tempfile.mkdtemp(prefix="krill-")
     stopping = False
 
     def request_stop(signum: int, _frame: object) -> None:
@@ -63,15 +59,19 @@ def run(config: NodeConfig) -> int:
     for shard_id in range(shards):
         core = cores[shard_id % len(cores)]
         log.info("shard %d owns core %d", shard_id, core)
-        children.append(_start_shard(config, shard_id, core))
+        children.append(_start_shard(config, shard_id, shards, core, run_dir))
     host, port = config.listen
     log.info("node %d listening on %s:%d with %d shard(s)", config.node_id, host, port, shards)
-    code = _watch(children, lambda: stopping)
-    lock.close()
-    return code
+    try:
+        return _watch(children, lambda: stopping)
+    finally:
+        shutil.rmtree(run_dir, ignore_errors=True)
+        lock.close()
 
 
-def _start_shard(config: NodeConfig, shard_id: int, core: int) -> subprocess.Popen[bytes]:
+def _start_shard(
+    config: NodeConfig, shard_id: int, shards: int, core: int, run_dir: str
+) -> subprocess.Popen[bytes]:
     command = [
         sys.executable,
         "-m",
@@ -84,6 +84,10 @@ def _start_shard(config: NodeConfig, shard_id: int, core: int) -> subprocess.Pop
         config.to_json(),
         "--supervisor-pid",
         str(os.getpid()),
+        "--shards",
+        str(shards),
+        "--run-dir",
+        run_dir,
     ]
     # The shard ignores the terminal's SIGINT: the supervisor decides when it stops.
     return subprocess.Popen(command, preexec_fn=_ignore_sigint)

@@ -66,6 +66,9 @@ class FileSlice:
     fd: int
     position: int
     length: int
+    # The segment file, so another shard process can open it and send the same bytes
+    # (an fd means nothing outside the process that opened it).
+    path: str = ""
 
     def read(self) -> bytes:
         data = os.pread(self.fd, self.length, self.position)
@@ -308,7 +311,7 @@ class DiskLog:
         end = segment.end_position(first.position, max_bytes, max_offset)
         if end == first.position:  # KIP-74: an oversized first batch goes out alone
             end = first.position + first.size
-        return FileSlice(segment.fd, first.position, end - first.position)
+        return FileSlice(segment.fd, first.position, end - first.position, str(segment.log_path))
 
     def read_bytes(self, offset: int, max_bytes: int, max_offset: int) -> bytes:
         region = self.read(offset, max_bytes, max_offset)

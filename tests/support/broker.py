@@ -29,8 +29,14 @@ def free_port() -> int:
 
 
 class BrokerProcess:
-    def __init__(self, data_dir: Path, *extra_args: str, port: int | None = None) -> None:
+    def __init__(
+        self, data_dir: Path, *extra_args: str, port: int | None = None, smp: int | None = None
+    ) -> None:
         self.data_dir = data_dir
+        # Shard processes: KRILL_TEST_SMP, else 2 where there are two cores (every partition's
+        # owner is then a coin toss away from the shard that accepted the connection).
+        default = min(2, len(os.sched_getaffinity(0)))
+        self.smp = smp or int(os.environ.get("KRILL_TEST_SMP", default))
         self.port = port or free_port()
         self.extra_args = list(extra_args)
         self.log_path = data_dir.parent / f"{data_dir.name}-broker.log"
@@ -54,7 +60,7 @@ class BrokerProcess:
                 "--data-dir",
                 str(self.data_dir),
                 "--smp",
-                "1",
+                str(self.smp),
                 *self.extra_args,
             ],
             cwd=REPO,
@@ -109,6 +115,19 @@ class BrokerProcess:
         if process is None:
             return
         _kill_group(process)
+
+    def shard_pids(self) -> list[int]:
+        """The shard processes, in shard order (children of the supervisor)."""
+        assert self.process is not None
+        pids = []
+        for task in Path(f"/proc/{self.process.pid}/task").iterdir():
+            pids += [int(p) for p in (task / "children").read_text().split()]
+
+        def shard_number(pid: int) -> int:
+            args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            return int(args[args.index(b"--shard") + 1])
+
+        return sorted(pids, key=shard_number)
 
     def restart(self) -> BrokerProcess:
         self.stop()

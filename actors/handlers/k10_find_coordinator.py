@@ -1,0 +1,66 @@
+"""FindCoordinator (key 10), versions 0-4.
+
+v1 adds KeyType (0 group, 1 transaction), throttle time and an error message; v2 same as v1;
+v3 flexible; v4 batches keys (CoordinatorKeys in, Coordinators out; kafka-python 3 uses it as
+it takes the broker's max). Transactions are not implemented: transaction keys answer
+COORDINATOR_NOT_AVAILABLE. A group key is answered once its coordinator has
+`__consumer_offsets` created and loaded, so the client's next request finds it ready. The
+coordinator lives on this node (one node so far), on the shard that owns the group's
+offsets partition.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from actors.group.coordinator import EnsureReady
+from actors.handlers.group_common import tell_coordinator
+from actors.handlers.join import Join
+from wire.errors import ErrorCode
+from wire.messages.find_coordinator import FindCoordinatorRequest, FindCoordinatorResponse
+
+Coordinator = FindCoordinatorResponse.Coordinator
+
+API_KEY = 10
+MIN_VERSION = 0
+MAX_VERSION = 4
+REQUEST = FindCoordinatorRequest
+
+_GROUP_KEY = 0
+
+
+def handle(ctx: Any, request: FindCoordinatorRequest) -> None:
+    batched = ctx.version >= 4
+    keys = list(request.coordinator_keys) if batched else [request.key]
+    key_type = request.key_type if ctx.version >= 1 else _GROUP_KEY
+    settings = ctx.services.settings
+
+    def done(errors: list[ErrorCode]) -> None:
+        coordinators = [
+            Coordinator(
+                key=key,
+                node_id=settings.node_id if error == ErrorCode.NONE else -1,
+                host=settings.advertised_host if error == ErrorCode.NONE else "",
+                port=settings.advertised_port if error == ErrorCode.NONE else -1,
+                error_code=error,
+                error_message=None if error == ErrorCode.NONE else error.name,
+            )
+            for key, error in zip(keys, errors, strict=True)
+        ]
+        if batched:
+            ctx.respond(FindCoordinatorResponse(throttle_time_ms=0, coordinators=coordinators))
+            return
+        c = coordinators[0]
+        ctx.respond(
+            FindCoordinatorResponse(
+                throttle_time_ms=0, error_code=c.error_code, error_message=c.error_message,
+                node_id=c.node_id, host=c.host, port=c.port,
+            )
+        )
+
+    join = Join(len(keys), done)
+    for index, key in enumerate(keys):
+        if key_type != _GROUP_KEY:
+            join.fill(index, ErrorCode.COORDINATOR_NOT_AVAILABLE)
+        elif not tell_coordinator(ctx, key, EnsureReady(join.slot(index))):
+            join.fill(index, ErrorCode.COORDINATOR_NOT_AVAILABLE)

@@ -1,0 +1,238 @@
+"""Several shard processes behind one Kafka port: routing, ordering, failure, memory bounds."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from shards.shard_table import shard_of
+from tests.integration.test_confluent import _create, consume, produce
+from tests.support.broker import BrokerProcess
+from tests.support.raw_client import RawClient
+from wire.messages.produce import ProduceRequest
+from wire.records import build_batch
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.timeout(180),
+    pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores for two shards"),
+]
+
+
+@pytest.fixture
+def two_shards(tmp_path: Path):  # type: ignore[no-untyped-def]
+    node = BrokerProcess(tmp_path / "data", smp=2).start()
+    try:
+        yield node
+    finally:
+        node.kill9() if node.alive() else node.stop()
+
+
+def _partitions_on_both_shards(topic: str, count: int) -> None:
+    owners = {shard_of(topic, p, 2) for p in range(count)}
+    assert owners == {0, 1}, "the test topic must span both shards"
+
+
+def test_many_connections_keep_per_partition_order(two_shards: BrokerProcess) -> None:
+    topic = "spread"
+    _create(two_shards, topic, partitions=8)
+    _partitions_on_both_shards(topic, 8)
+    errors: list[str] = []
+
+    def run_producer(n: int) -> None:
+        try:
+            produce(
+                two_shards,
+                topic,
+                [(None, f"{n}:{i}".encode(), None, i % 8) for i in range(1000)],
+                **{"enable.idempotence": True, "linger.ms": 1},
+            )
+        except AssertionError as e:
+            errors.append(str(e))
+
+    threads = [threading.Thread(target=run_producer, args=(n,)) for n in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not errors
+    got = consume(two_shards, topic, 8, 6000)
+    assert len(got) == 6000
+    assert len({m.value() for m in got}) == 6000  # no duplicates, no loss
+    for p in range(8):
+        in_partition = [m for m in got if m.partition() == p]
+        assert [m.offset() for m in in_partition] == list(range(len(in_partition)))
+        for n in range(6):  # each producer's records keep their order within a partition
+            sequence = [
+                int(m.value().split(b":")[1])
+                for m in in_partition
+                if m.value().startswith(f"{n}:".encode())
+            ]
+            assert sequence == sorted(sequence)
+
+
+def test_one_request_spanning_both_shards_and_pipelined(two_shards: BrokerProcess) -> None:
+    topic = "span"
+    _create(two_shards, topic, partitions=4)
+    _partitions_on_both_shards(topic, 4)
+    with RawClient(two_shards.bootstrap) as client:
+        correlations = []
+        for round_ in range(30):
+            request = ProduceRequest(
+                acks=-1,
+                timeout_ms=5000,
+                topic_data=[
+                    ProduceRequest.TopicProduceData(
+                        name=topic,
+                        partition_data=[
+                            ProduceRequest.PartitionProduceData(
+                                index=p, records=build_batch([(None, f"{round_}-{p}".encode(), [])])
+                            )
+                            for p in range(4)
+                        ],
+                    )
+                ],
+            )
+            correlations.append(client.send(0, 9, request))
+        for round_, correlation in enumerate(correlations):
+            got, response = client.receive(0, 9)
+            assert got == correlation  # in request order, whichever shard finished first
+            partitions = response.responses[0].partition_responses
+            assert sorted(p.index for p in partitions) == [0, 1, 2, 3]
+            assert [(p.error_code, p.base_offset) for p in partitions] == [(0, round_)] * 4, (
+                partitions
+            )
+
+
+def test_kill9_of_one_shard_stops_node_and_loses_nothing(two_shards: BrokerProcess) -> None:
+    topic = "survivor"
+    _create(two_shards, topic, partitions=4)
+    _partitions_on_both_shards(topic, 4)
+    acknowledged: list[tuple[int, int, bytes]] = []
+    stop = threading.Event()
+    producer = Producer(
+        {
+            "bootstrap.servers": two_shards.bootstrap,
+            "acks": "all",
+            "linger.ms": 2,
+            "message.timeout.ms": 5000,
+        }
+    )
+
+    def on_delivery(err: object, msg: object) -> None:
+        if err is None:
+            acknowledged.append((msg.partition(), msg.offset(), msg.value()))  # type: ignore[attr-defined]
+
+    def run() -> None:
+        sequence = 0
+        deadline = time.monotonic() + 60
+        while not stop.is_set() and time.monotonic() < deadline:
+            try:
+                producer.produce(topic, value=f"{sequence:08d}".encode(), on_delivery=on_delivery)
+                sequence += 1
+            except BufferError:
+                pass
+            producer.poll(0.001 if sequence % 100 else 0.01)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 60
+        while len(acknowledged) < 10_000 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert len(acknowledged) >= 10_000
+        shard1 = two_shards.shard_pids()[1]
+        os.kill(shard1, signal.SIGKILL)
+        # The supervisor sees it, stops shard 0 cleanly and exits non-zero (fail fast).
+        assert two_shards.process is not None
+        assert two_shards.process.wait(timeout=60) == 1
+    finally:
+        stop.set()
+        thread.join(timeout=30)
+        producer.flush(1)
+    assert "shard 1" in two_shards.log() and "killed by signal 9" in two_shards.log()
+    two_shards.stop()
+    acked = list(acknowledged)
+    two_shards.start()
+    consumer = Consumer({"bootstrap.servers": two_shards.bootstrap, "group.id": "check"})
+    try:
+        ends = [
+            consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+            for p in range(4)
+        ]
+    finally:
+        consumer.close()
+    stored: dict[tuple[int, int], bytes] = {}
+    for m in consume(two_shards, topic, 4, sum(ends)):
+        stored[(m.partition(), m.offset())] = m.value()
+    for partition, offset, value in acked:
+        assert stored.get((partition, offset)) == value, f"acknowledged {partition}/{offset} lost"
+    for p in range(4):
+        assert sorted(o for (q, o) in stored if q == p) == list(range(ends[p]))
+
+
+def _tree_rss_mib(broker: BrokerProcess) -> float:
+    assert broker.process is not None
+    total = 0
+    for pid in [broker.process.pid, *broker.shard_pids()]:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                total += int(line.split()[1])
+    return total / 1024
+
+
+def test_producer_flood_over_the_budget_stays_bounded(tmp_path: Path) -> None:
+    budget = 4 * 1024 * 1024
+    node = BrokerProcess(tmp_path / "data", smp=2)
+    os.environ["KRILL_MEMORY_BUDGET_BYTES"] = str(budget)
+    try:
+        node.start()
+    finally:
+        del os.environ["KRILL_MEMORY_BUDGET_BYTES"]
+    try:
+        _create(node, "flood", partitions=4)
+        baseline = _tree_rss_mib(node)
+        peak = [baseline]
+        done = threading.Event()
+
+        def sample() -> None:
+            while not done.is_set():
+                peak[0] = max(peak[0], _tree_rss_mib(node))
+                time.sleep(0.05)
+
+        sampler = threading.Thread(target=sample)
+        sampler.start()
+        value = b"f" * 100_000
+        errors: list[str] = []
+
+        def flood(n: int) -> None:
+            try:
+                delivered = produce(
+                    node,
+                    "flood",
+                    [(None, value, None, i % 4) for i in range(300)],
+                    **{"acks": "all", "linger.ms": 0, "batch.size": 1_000_000},
+                )
+                assert len(delivered) == 300
+            except AssertionError as e:
+                errors.append(str(e))
+
+        producers = [threading.Thread(target=flood, args=(n,)) for n in range(8)]
+        for t in producers:
+            t.start()
+        for t in producers:
+            t.join(timeout=150)
+        done.set()
+        sampler.join()
+        assert not errors
+        # 8 x 300 x 100 KB = 240 MB went through a 4 MiB budget per shard.
+        assert len(consume(node, "flood", 4, 2400)) == 2400
+        assert peak[0] - baseline < 150, (baseline, peak[0])
+    finally:
+        node.kill9() if node.alive() else node.stop()

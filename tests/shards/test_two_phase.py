@@ -1,0 +1,167 @@
+"""The two-phase cross-core produce, and cross-core reads, over the in-memory pipe transport.
+
+Two shards live in this one process on one loop: shard 1 owns partition t-0 (a real
+Partition actor on a real DiskLog); shard 0 reaches it only through its Router and the
+pipes, exactly as a Connection on shard 0 would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from actors.partition import (
+    FetchBudget,
+    ListOffset,
+    ListOffsetResult,
+    Partition,
+    Produce,
+    ProduceResult,
+    Read,
+    ReadResult,
+    WatchHighWatermark,
+)
+from actors.runtime import bind_loop, stop_all_actors
+from actors.services import BrokerSettings, TopicTable
+from actors.topic_config import TopicSettings
+from shards.pipes import MemoryPipeNetwork
+from shards.remote import RemotePartition, Router
+from wire.errors import ErrorCode
+from wire.record_batch import iter_batches
+from wire.records import build_batch, iter_records
+
+pytestmark = pytest.mark.timeout(30)
+
+
+class FakeShard:
+    """What a Router needs of its shard, and what a Partition needs of Services."""
+
+    def __init__(self, shard_id: int, data_dir: Path) -> None:
+        self.shard_id = shard_id
+        self.shards = 2
+        self.settings = BrokerSettings(0, "127.0.0.1", 9092, str(data_dir), "cluster")
+        self.partitions: dict[tuple[str, int], Any] = {}
+        self.tables: list[TopicTable] = []
+
+    def local_partition(self, topic: str, index: int) -> Any:
+        return self.partitions.get((topic, index))
+
+    def on_topics_changed(self, table: TopicTable) -> None:
+        self.tables.append(table)
+
+    def run_blocking(self, fn: Callable[[], Any], done: Callable[[Any, Any], None]) -> None:
+        asyncio.get_event_loop().call_soon(lambda: done(fn(), None))
+
+
+@pytest.fixture
+def loop() -> Iterator[asyncio.AbstractEventLoop]:
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    bind_loop(loop)
+    try:
+        yield loop
+    finally:
+        stop_all_actors()
+        loop.run_until_complete(asyncio.sleep(0.05))
+        loop.close()
+
+
+def settle(loop: asyncio.AbstractEventLoop, done: Callable[[], bool]) -> None:
+    async def wait() -> None:
+        for _ in range(5000):
+            if done():
+                return
+            await asyncio.sleep(0.001)
+        raise AssertionError("not settled")
+
+    loop.run_until_complete(wait())
+
+
+@pytest.fixture
+def two_shards(loop: asyncio.AbstractEventLoop, tmp_path: Path) -> tuple[Router, Router, FakeShard]:
+    network = MemoryPipeNetwork(2, loop)
+    shard0, shard1 = FakeShard(0, tmp_path), FakeShard(1, tmp_path)
+    routers: list[Router] = []
+    for shard in (shard0, shard1):
+        router_box: list[Router] = []
+        mesh = network.mesh(
+            shard.shard_id, lambda s, h, f, box=router_box: box[0].on_message(s, h, f)
+        )
+        router = Router(shard, mesh)
+        router_box.append(router)
+        routers.append(router)
+    settings = TopicSettings(1 << 30, 1 << 40, 1 << 20, False, False)
+    shard1.partitions[("t", 0)] = Partition.start("t", 0, tmp_path / "t-0", settings, shard1)
+    return routers[0], routers[1], shard1
+
+
+def test_produce_crosses_in_two_phases(loop: asyncio.AbstractEventLoop, two_shards: Any) -> None:
+    router0, _router1, _ = two_shards
+    remote = RemotePartition(router0, 1, "t", 0)
+    seen: list[tuple[str, int, ProduceResult]] = []
+    for i in range(3):
+        batch = build_batch([(None, f"v{i}".encode(), [])] * 2)
+        remote.tell(
+            Produce(
+                memoryview(batch),
+                iter_batches(batch),
+                -1,
+                lambda r: seen.append(("produced", router0.dispatched, r)),
+            )
+        )
+    settle(loop, lambda: len(seen) == 3)
+    # Phase one ("dispatched") came back for each request before its phase two ("produced");
+    # one flush may produce several requests at once, after all their dispatches.
+    assert all(dispatched >= i + 1 for i, (_, dispatched, _) in enumerate(seen))
+    assert router0.dispatched == 3
+    assert [r.base_offset for _, _, r in seen] == [0, 2, 4]
+    assert all(r.error == ErrorCode.NONE for _, _, r in seen)
+    assert router0.pending_calls == 0
+
+
+def test_read_watch_and_list_offsets_cross(
+    loop: asyncio.AbstractEventLoop, two_shards: Any
+) -> None:
+    router0, _router1, _ = two_shards
+    remote = RemotePartition(router0, 1, "t", 0)
+    woken: list[bool] = []
+    remote.tell(WatchHighWatermark(lambda: woken.append(True)))
+    produced: list[ProduceResult] = []
+    batch = build_batch([(b"k", b"hello", [])])
+    remote.tell(Produce(memoryview(batch), iter_batches(batch), -1, produced.append))
+    settle(loop, lambda: bool(produced) and bool(woken))
+
+    reads: list[ReadResult] = []
+    budget = FetchBudget(1 << 20)
+    remote.tell(Read(0, 1 << 20, -1, budget, reads.append))
+    settle(loop, lambda: bool(reads))
+    result = reads[0]
+    assert result.error == ErrorCode.NONE and result.high_watermark == 1
+    # The bytes did not cross the pipe: shard 0 got a place in a file and opened it itself.
+    assert result.records is not None and result.records.path.endswith(".log")  # type: ignore[union-attr]
+    values = [r.value for r in iter_records(result.records.read())]  # type: ignore[union-attr]
+    assert values == [b"hello"]
+    assert budget.taken == result.size
+
+    offsets: list[ListOffsetResult] = []
+    remote.tell(ListOffset(-1, -1, offsets.append))
+    remote.tell(ListOffset(-2, -1, offsets.append))
+    settle(loop, lambda: len(offsets) == 2)
+    assert [o.offset for o in offsets] == [1, 0]
+
+
+def test_missing_partition_answers_an_error(
+    loop: asyncio.AbstractEventLoop, two_shards: Any
+) -> None:
+    router0, _router1, _ = two_shards
+    remote = RemotePartition(router0, 1, "gone", 3)
+    answers: list[Any] = []
+    batch = build_batch([(None, b"x", [])])
+    remote.tell(Produce(memoryview(batch), iter_batches(batch), 1, answers.append))
+    remote.tell(Read(0, 100, -1, FetchBudget(100), answers.append))
+    settle(loop, lambda: len(answers) == 2)
+    assert [a.error for a in answers] == [ErrorCode.NOT_LEADER_OR_FOLLOWER] * 2
