@@ -29,6 +29,7 @@ class BrokerSettings:
     message_max_bytes: int = 1048588
     segment_bytes: int = 128 * 1024 * 1024
     segment_ms: int = 7 * 24 * 3600 * 1000
+    shards: int = 1  # shard processes of this node (partition owners: shards.shard_table)
     offsets_topic_partitions: int = 50  # partitions of __consumer_offsets (Kafka's default)
     group_initial_rebalance_delay_ms: int = 3000  # Kafka's group.initial.rebalance.delay.ms
 

@@ -578,6 +578,78 @@ def _cmp(value: Any, op: str, limit: float) -> bool | None:
     return {"ge": value >= limit, "le": value <= limit, "lt": value < limit}[op]
 
 
+def _run_workload(
+    res: dict[str, Any],
+    broker: Broker,
+    topic: str,
+    n: int,
+    value: bytes,
+    parts: int,
+    fixed_s: float,
+    args: argparse.Namespace,
+    label: str,
+    by_process: bool = False,
+) -> None:
+    """Produce ``n`` as fast as possible, consume them back, then the fixed-rate phase.
+
+    Fills ``res["produce"]``, ``res["consume"]`` and ``res["fixed_rate_20k"]`` as each phase
+    ends (a failure leaves the earlier ones). ``by_process`` adds each phase's broker CPU
+    per process of the tree (``broker_cpu_s_by_process``).
+    """
+    check = liveness(broker)
+    cpu = ProcessCpu(broker) if by_process else None
+
+    def phase(key: str, fn: Callable[[], dict[str, Any]]) -> None:
+        before = cpu.snapshot() if cpu else None
+        out = fn()
+        if cpu and before is not None:
+            out["broker_cpu_s_by_process"] = cpu.since(before)
+        res[key] = out
+
+    log(f"{label}: producing {n} x {len(value)} B to {parts} partition(s)")
+    phase("produce", lambda: produce_max(
+        broker.bootstrap, topic, n, value, parts,
+        timeout=args.phase_timeout, stall_timeout=args.stall_timeout,
+        check=check, broker_pid=broker.pid,
+    ))  # fmt: skip
+    log(f"{label}: produce {res['produce']['msgs_per_s']} msg/s; consuming")
+    phase("consume", lambda: consume_all(
+        broker.bootstrap, topic, parts, n,
+        stall_timeout=args.stall_timeout, timeout=args.phase_timeout,
+        check=check, broker_pid=broker.pid,
+    ))  # fmt: skip
+    log(f"{label}: consume {res['consume']['msgs_per_s']} msg/s; fixed rate")
+    phase("fixed_rate_20k", lambda: produce_fixed_rate(
+        broker.bootstrap, topic, value, parts,
+        rate=FIXED_RATE, seconds=fixed_s, stall_timeout=args.stall_timeout,
+        check=check, broker_pid=broker.pid,
+    ))  # fmt: skip
+
+
+def _broker_live_figures(res: dict[str, Any], broker: Broker, rss: RssSampler) -> None:
+    """``res["broker"]``: CPU since start, RSS now / peak / HWM sum, processes seen."""
+    if not broker.alive():
+        return
+    res["broker"] = {
+        "cpu_s_total": round(tree_cpu_seconds(broker.pid), 3),
+        "rss_end_mib": round(tree_rss_mib(broker.pid), 1),
+        "rss_hwm_sum_mib": round(tree_hwm_mib(broker.pid), 1),
+    }
+    rss.sample()
+    res["broker"]["rss_peak_mib"] = round(rss.peak_mib, 1)
+    res["broker"]["processes"] = rss.max_processes
+
+
+def _broker_stop_figures(res: dict[str, Any], broker: Broker) -> None:
+    res.setdefault("broker", {}).update(
+        {
+            "stop": broker.stop_how,
+            "exit_code": broker.exit_code,
+            "first_log_error": broker.first_log_error or None,
+        }
+    )
+
+
 def run_produce_consume(
     case: str, args: argparse.Namespace, ceilings: dict[str, Any]
 ) -> dict[str, Any]:
@@ -593,51 +665,19 @@ def run_produce_consume(
     broker = Broker(smp=args.smp, krill=args.krill, data_root=args.data_root, keep=args.keep)
     try:
         with broker, RssSampler(broker.pid) as rss:
-            check = liveness(broker)
             res["broker_pid"] = broker.pid
             res["broker_start_s"] = round(time.monotonic() - t0, 3)
             res["topic_create_s"] = round(create_topic(broker.bootstrap, topic, parts), 3)
             try:
-                log(f"{case}: producing {n} x {vbytes} B to {parts} partition(s)")
-                res["produce"] = produce_max(
-                    broker.bootstrap, topic, n, value, parts,
-                    timeout=args.phase_timeout, stall_timeout=args.stall_timeout,
-                    check=check, broker_pid=broker.pid,
-                )  # fmt: skip
-                log(f"{case}: produce {res['produce']['msgs_per_s']} msg/s; consuming")
-                res["consume"] = consume_all(
-                    broker.bootstrap, topic, parts, n,
-                    stall_timeout=args.stall_timeout, timeout=args.phase_timeout,
-                    check=check, broker_pid=broker.pid,
-                )  # fmt: skip
-                log(f"{case}: consume {res['consume']['msgs_per_s']} msg/s; fixed rate")
-                res["fixed_rate_20k"] = produce_fixed_rate(
-                    broker.bootstrap, topic, value, parts,
-                    rate=FIXED_RATE, seconds=fixed_s, stall_timeout=args.stall_timeout,
-                    check=check, broker_pid=broker.pid,
-                )  # fmt: skip
+                _run_workload(res, broker, topic, n, value, parts, fixed_s, args, case)
             finally:
-                if broker.alive():
-                    res["broker"] = {
-                        "cpu_s_total": round(tree_cpu_seconds(broker.pid), 3),
-                        "rss_end_mib": round(tree_rss_mib(broker.pid), 1),
-                        "rss_hwm_sum_mib": round(tree_hwm_mib(broker.pid), 1),
-                    }
-                    rss.sample()
-                    res["broker"]["rss_peak_mib"] = round(rss.peak_mib, 1)
-                    res["broker"]["processes"] = rss.max_processes
+                _broker_live_figures(res, broker, rss)
     except Exception as e:
         res["error"] = f"{type(e).__name__}: {e}"
         log(f"{case} FAILED: {res['error']}")
         log(f"broker log tail:\n{broker.log_tail(30)}")
     finally:
-        res.setdefault("broker", {}).update(
-            {
-                "stop": broker.stop_how,
-                "exit_code": broker.exit_code,
-                "first_log_error": broker.first_log_error or None,
-            }
-        )
+        _broker_stop_figures(res, broker)
     prod, cons, fixed = res.get("produce"), res.get("consume"), res.get("fixed_rate_20k")
     res["vs_ceiling"] = vs_ceiling(res, ceilings)
     targets: dict[str, bool | None] = {}

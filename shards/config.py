@@ -77,6 +77,9 @@ class NodeConfig:
     segment_ms: int = 7 * DAY_MS
     # Bytes in flight per shard before its connections stop reading (shards/memory.py).
     memory_budget_bytes: int = 256 * MiB
+    # Shards that accept Kafka connections: 0 means all. A bench and test knob: with 1, every
+    # connection lands on shard 0, so partitions owned elsewhere take the cross-core path.
+    kafka_shards: int = 0
     offsets_topic_partitions: int = 50  # __consumer_offsets partitions (Kafka's default)
     group_initial_rebalance_delay_ms: int = 3000  # Kafka's group.initial.rebalance.delay.ms
     storage_mode: str = "buffered"  # "buffered" (page cache) or "direct" (O_DIRECT)
@@ -103,6 +106,8 @@ class NodeConfig:
         if self.group_initial_rebalance_delay_ms < 0:
             raise ConfigError("group_initial_rebalance_delay_ms must not be negative, not "
                               f"{self.group_initial_rebalance_delay_ms}")
+        if not 0 <= self.kafka_shards <= self.smp:
+            raise ConfigError(f"kafka_shards must be 0..smp ({self.smp}), not {self.kafka_shards}")
         if self.node_id < 0:
             raise ConfigError(f"node_id must not be negative, not {self.node_id}")
         if not self.data_dir:
@@ -155,7 +160,7 @@ _FIELD_TYPES: dict[str, type] = {
     "advertise_port": int, "node_id": int, "smp": int, "reader_host": str, "reader_port": int,
     "rpc_port": int, "admin_port": int, "auto_create_topics": bool, "default_partitions": int,
     "default_replicas": int, "message_max_bytes": int, "segment_bytes": int, "segment_ms": int,
-    "memory_budget_bytes": int, "offsets_topic_partitions": int,
+    "memory_budget_bytes": int, "offsets_topic_partitions": int, "kafka_shards": int,
     "group_initial_rebalance_delay_ms": int,
     "storage_mode": str, "log_level": str,
 }

@@ -3,7 +3,8 @@
 A handler asks `Services.partition()` for a partition's actor. On the owning shard that is
 the local `Partition` ref; on any other shard it is a `RemotePartition`, whose `tell()` turns
 the actor message into one pipe message (a msgpack header and raw payload frames) and keeps
-the reply callable under a request id until the owner answers. The owner's `Router` rebuilds
+the reply callable under a request id until the owner answers. The owner's `Router`
+(shards/router.py) rebuilds
 the message, tells its local actor, and sends each reply back on its own pipe to the source.
 Actors never see the difference (DESIGN.md §2–5):
 
@@ -28,11 +29,8 @@ which `wire/` may not import (DESIGN.md §1); their on-pipe form is plain msgpac
 
 from __future__ import annotations
 
-import collections
-import logging
-import os
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from actors.controller import (
     AllocateProducerId,
@@ -40,12 +38,9 @@ from actors.controller import (
     CreateTopics,
     DeleteTopics,
     TopicResult,
-    TopicSpec,
 )
-from actors.handlers.join import send
 from actors.partition import (
     EpochEndOffset,
-    FetchBudget,
     ListOffset,
     ListOffsetResult,
     PartitionInfo,
@@ -56,14 +51,22 @@ from actors.partition import (
     WatchHighWatermark,
 )
 from actors.services import TopicInfo, TopicTable
-from shards import limits
 from storage import FileSlice
 from wire.errors import ErrorCode
-from wire.record_batch import iter_batches
 
-__all__ = ["Router", "RemotePartition", "RemoteController", "table_to_wire", "table_from_wire"]
+if TYPE_CHECKING:
+    from shards.router import Router
 
-log = logging.getLogger(__name__)
+__all__ = [
+    "RemotePartition",
+    "RemoteController",
+    "Reply",
+    "result_from_wire",
+    "result_to_wire",
+    "table_from_wire",
+    "table_to_wire",
+]
+
 
 # Handles one answer to a request; returns True to keep waiting for more (a produce's
 # "dispatched" comes before its "produced").
@@ -90,7 +93,7 @@ def table_from_wire(value: dict[str, Any]) -> TopicTable:
     return TopicTable(topics, value["version"])
 
 
-def _result_to_wire(r: TopicResult) -> list[Any]:
+def result_to_wire(r: TopicResult) -> list[Any]:
     info = r.info
     packed = (
         None
@@ -100,7 +103,7 @@ def _result_to_wire(r: TopicResult) -> list[Any]:
     return [r.name, int(r.error), r.message, packed]
 
 
-def _result_from_wire(value: list[Any]) -> TopicResult:
+def result_from_wire(value: list[Any]) -> TopicResult:
     name, error, message, packed = value
     info = (
         None
@@ -254,255 +257,4 @@ class RemoteController:
 
 
 def _results_reply(reply: Callable[[list[TopicResult]], None]) -> Reply:
-    return lambda h, _f: reply([_result_from_wire(r) for r in h["results"]])
-
-
-# The router: both sides ------------------------------------------------------------------------
-
-
-class Router:
-    """One shard's end of every pipe: sends calls, matches replies, serves the owner side.
-
-    `shard` is the local Shard (it implements actors.services.Services); `mesh` gives a writer
-    per target shard.
-    """
-
-    def __init__(self, shard: Any, mesh: Any) -> None:
-        self._shard = shard
-        self._mesh = mesh
-        self._next_id = 1
-        self._pending: dict[int, Reply] = {}
-        self._segments: collections.OrderedDict[str, int] = collections.OrderedDict()
-        self.dispatched = 0  # produce requests whose phase one came back (for tests, stats)
-        self._incoming: dict[str, Callable[[int, dict[str, Any], list[Any]], None]] = {
-            "reply": self._on_reply,
-            "produce": self._serve_produce,
-            "read": self._serve_read,
-            "watch": self._serve_watch,
-            "list_offset": self._serve_list_offset,
-            "epoch_end": self._serve_epoch_end,
-            "info": self._serve_info,
-            "create_topics": self._serve_controller,
-            "delete_topics": self._serve_controller,
-            "create_partitions": self._serve_controller,
-            "producer_id": self._serve_controller,
-            "topics": self._serve_topics,
-        }
-
-    @property
-    def pending_calls(self) -> int:
-        return len(self._pending)
-
-    # Sending ----------------------------------------------------------------------------------
-
-    def call(
-        self, target: int, header: dict[str, Any], payloads: list[Any], reply: Reply | None
-    ) -> None:
-        """Send a request; `reply(header, frames)` runs for each answer until it returns falsy."""
-        if reply is not None:
-            request_id = self._next_id
-            self._next_id += 1
-            self._pending[request_id] = reply
-            header["id"] = request_id
-        self._mesh.writer(target).send(header, payloads)
-
-    def broadcast_topics(self, table: TopicTable, done: Callable[[], None]) -> None:
-        """Send the table to every other shard; `done()` when all have applied it."""
-        targets = [t for t in range(self._shard.shards) if t != self._shard.shard_id]
-        waiting = len(targets)
-
-        def applied(_header: dict[str, Any], _frames: list[Any]) -> bool:
-            nonlocal waiting
-            waiting -= 1
-            if waiting == 0:
-                done()
-            return False
-
-        wire_table = table_to_wire(table)
-        for target in targets:
-            self.call(target, {"t": "topics", "table": wire_table}, [], applied)
-
-    def _answer(
-        self,
-        source: int,
-        request: dict[str, Any],
-        header: dict[str, Any],
-        payloads: list[Any] | None = None,
-    ) -> None:
-        if "id" not in request:
-            return  # the source expects no answer (acks=0)
-        assert "t" not in header and "id" not in header, "keys reserved for routing"
-        header["t"] = "reply"
-        header["id"] = request["id"]
-        self._mesh.writer(source).send(header, payloads or [])
-
-    # Receiving --------------------------------------------------------------------------------
-
-    def on_message(self, source: int, header: dict[str, Any], frames: list[Any]) -> None:
-        handler = self._incoming.get(header.get("t", ""))
-        if handler is None:
-            log.error("pipe message of unknown type from shard %d: %r", source, header.get("t"))
-            return
-        handler(source, header, frames)
-
-    def _on_reply(self, _source: int, header: dict[str, Any], frames: list[Any]) -> None:
-        request_id = header["id"]
-        reply = self._pending.get(request_id)
-        if reply is None:
-            log.error("reply to unknown request %d", request_id)
-            return
-        if not reply(header, frames):
-            del self._pending[request_id]
-
-    def _local(self, header: dict[str, Any]) -> Any:
-        return self._shard.local_partition(header["topic"], header["p"])
-
-    def _serve_produce(self, source: int, h: dict[str, Any], frames: list[Any]) -> None:
-        # The pipe's frame is read-only: the log patches offsets in place, so copy it once.
-        records = bytearray(frames[0])
-        wants_reply = "id" in h
-
-        def dispatched() -> None:
-            self._answer(source, h, {"k": "dispatched"})
-
-        def produced(result: ProduceResult) -> None:
-            self._answer(
-                source,
-                h,
-                {
-                    "e": int(result.error),
-                    "o": result.base_offset,
-                    "lat": result.log_append_time_ms,
-                    "lso": result.log_start_offset,
-                    "m": result.message,
-                },
-            )
-
-        try:
-            headers = iter_batches(records, check_crc=False)  # checked by the source shard
-        except Exception:  # our bug: the source validated these bytes
-            log.exception("batches from shard %d do not parse", source)
-            if wants_reply:
-                produced(ProduceResult(ErrorCode.CORRUPT_MESSAGE))
-            return
-        ref = self._local(h)
-        message = Produce(
-            memoryview(records),
-            headers,
-            h["acks"],
-            produced if wants_reply else None,
-            dispatched if wants_reply else None,
-        )
-        if ref is None or not send(ref, message):
-            if wants_reply:
-                produced(ProduceResult(ErrorCode.NOT_LEADER_OR_FOLLOWER))
-
-    def _serve_read(self, source: int, h: dict[str, Any], _frames: list[Any]) -> None:
-        budget = FetchBudget(h["rem"])
-        budget.taken = h["taken"]
-
-        def reply(result: ReadResult) -> None:
-            answer: dict[str, Any] = {
-                "e": int(result.error),
-                "hwm": result.high_watermark,
-                "lso": result.log_start_offset,
-            }
-            records = result.records
-            payloads: list[Any] = []
-            if isinstance(records, FileSlice):
-                answer["slice"] = [records.path, records.position, records.length]
-            elif records is not None:
-                payloads = [records]
-            self._answer(source, h, answer, payloads)
-
-        ref = self._local(h)
-        if ref is None or not send(ref, Read(h["o"], h["max"], h["cle"], budget, reply)):
-            reply(ReadResult(ErrorCode.NOT_LEADER_OR_FOLLOWER))
-
-    def _serve_watch(self, source: int, h: dict[str, Any], _frames: list[Any]) -> None:
-        def moved() -> None:
-            self._answer(source, h, {})
-
-        ref = self._local(h)
-        if ref is None or not send(ref, WatchHighWatermark(moved)):
-            moved()
-
-    def _serve_list_offset(self, source: int, h: dict[str, Any], _frames: list[Any]) -> None:
-        def reply(r: ListOffsetResult) -> None:
-            self._answer(
-                source,
-                h,
-                {"e": int(r.error), "ts": r.timestamp, "o": r.offset, "le": r.leader_epoch},
-            )
-
-        ref = self._local(h)
-        if ref is None or not send(ref, ListOffset(h["ts"], h["cle"], reply)):
-            reply(ListOffsetResult(ErrorCode.NOT_LEADER_OR_FOLLOWER))
-
-    def _serve_epoch_end(self, source: int, h: dict[str, Any], _frames: list[Any]) -> None:
-        def reply(r: tuple[ErrorCode, int, int]) -> None:
-            self._answer(source, h, {"e": int(r[0]), "le": r[1], "o": r[2]})
-
-        ref = self._local(h)
-        if ref is None or not send(ref, EpochEndOffset(h["le"], h["cle"], reply)):
-            reply((ErrorCode.NOT_LEADER_OR_FOLLOWER, -1, -1))
-
-    def _serve_info(self, source: int, h: dict[str, Any], _frames: list[Any]) -> None:
-        ref = self._local(h)
-        if ref is None or not send(
-            ref, PartitionInfo(lambda info: self._answer(source, h, {"info": info}))
-        ):
-            self._answer(source, h, {"info": None})
-
-    def _serve_controller(self, source: int, h: dict[str, Any], _frames: list[Any]) -> None:
-        controller = self._shard.controller()
-        kind = h["t"]
-
-        def results(rs: list[TopicResult]) -> None:
-            self._answer(source, h, {"results": [_result_to_wire(r) for r in rs]})
-
-        if kind == "create_topics":
-            specs = [
-                TopicSpec(n, p, rf, [tuple(a) for a in asg], dict(cfg))
-                for n, p, rf, asg, cfg in h["specs"]
-            ]
-            controller.tell(CreateTopics(specs, h["vo"], results))
-        elif kind == "delete_topics":
-            ids = [None if i is None else bytes(i) for i in h["ids"]]
-            controller.tell(DeleteTopics(list(h["names"]), ids, results))
-        elif kind == "create_partitions":
-            controller.tell(CreatePartitions([tuple(c) for c in h["counts"]], h["vo"], results))
-        else:
-            controller.tell(AllocateProducerId(lambda pid: self._answer(source, h, {"pid": pid})))
-
-    def _serve_topics(self, source: int, h: dict[str, Any], _frames: list[Any]) -> None:
-        self._shard.on_topics_changed(table_from_wire(h["table"]))
-        self._answer(source, h, {})
-
-    # Segment files of other shards -----------------------------------------------------------
-
-    def open_segment(self, path: str) -> int | None:
-        """An fd for a segment another shard owns, cached; None if it is gone (deleted)."""
-        fd = self._segments.get(path)
-        if fd is not None:
-            self._segments.move_to_end(path)
-            return fd
-        try:
-            fd = os.open(path, os.O_RDONLY)
-        except FileNotFoundError:
-            return None
-        self._segments[path] = fd
-        if len(self._segments) > limits.remote_segment_fds_max:
-            _, oldest = self._segments.popitem(last=False)
-            os.close(oldest)
-        return fd
-
-    def forget_segments(self, prefix: str) -> None:
-        """Close cached fds under `prefix` (a deleted topic's partition directory)."""
-        for path in [p for p in self._segments if p.startswith(prefix)]:
-            os.close(self._segments.pop(path))
-
-    def close(self) -> None:
-        for fd in self._segments.values():
-            os.close(fd)
-        self._segments.clear()
+    return lambda h, _f: reply([result_from_wire(r) for r in h["results"]])

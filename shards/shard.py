@@ -44,7 +44,8 @@ from shards.config import NodeConfig
 from shards.io_pool import IoPool
 from shards.memory import MemoryBudget
 from shards.pipes import ZmqPipeMesh
-from shards.remote import RemoteController, RemotePartition, Router
+from shards.remote import RemoteController, RemotePartition
+from shards.router import Router
 from shards.shard_table import shard_of
 
 __all__ = ["Shard", "main"]
@@ -72,6 +73,7 @@ class Shard:
             message_max_bytes=config.message_max_bytes,
             segment_bytes=config.segment_bytes,
             segment_ms=config.segment_ms,
+            shards=shards,
             offsets_topic_partitions=config.offsets_topic_partitions,
             group_initial_rebalance_delay_ms=config.group_initial_rebalance_delay_ms,
         )
@@ -210,8 +212,10 @@ class Shard:
             # on the pipe from shard 0, in order.
             self.on_topics_changed(load_topic_table(self.settings.data_dir))
         self._group_coordinator = GroupCoordinator.start(self, self._owns_offsets_partition)
-        self._listener = _listen(self.config.listen)
-        self.loop.add_reader(self._listener.fileno(), self._accept)
+        accepting = self.config.kafka_shards
+        if accepting == 0 or self.shard_id < accepting:
+            self._listener = _listen(self.config.listen)
+            self.loop.add_reader(self._listener.fileno(), self._accept)
         for signum in (signal.SIGTERM, signal.SIGINT):
             self.loop.add_signal_handler(signum, self.stop)
         host, port = self.config.listen

@@ -386,6 +386,7 @@ def describe(args: argparse.Namespace) -> int:
     topic = _topic_metadata(client, admin, args.name)
     partitions = [_describe_partition(p) for _, p in sorted(topic.partitions.items())]
     _add_watermarks(client, args.name, partitions)
+    _add_shards(client, admin, args.name, partitions)
     configs, configs_error = _describe_configs(client, admin, args.name)
     summary = {
         "name": args.name,
@@ -432,6 +433,29 @@ def _add_watermarks(client: _Client, name: str, partitions: list[dict[str, Any]]
         consumer.close()
 
 
+def _add_shards(client: _Client, admin: Any, name: str, partitions: list[dict[str, Any]]) -> None:
+    """Each partition's owning shard on its leader: shard_of(topic, partition, shards), with
+    the leader's shard count from its `krill.shards` broker config (None if unavailable)."""
+    from confluent_kafka.admin import ConfigResource, ResourceType
+
+    from shards.shard_table import shard_of
+
+    counts: dict[int, int | None] = {}
+    for p in partitions:
+        leader = p["leader"]
+        if leader not in counts:
+            counts[leader] = None
+            resource = ConfigResource(ResourceType.BROKER, str(leader))
+            try:
+                futures = admin.describe_configs([resource], request_timeout=request_timeout_s)
+                entries = _wait(client, next(iter(futures.values())), name)
+                counts[leader] = int(entries["krill.shards"].value)
+            except Exception:  # not a Krill node, or it did not answer: no shard column
+                pass
+        shards = counts[leader]
+        p["shard"] = None if shards is None else shard_of(name, p["partition"], shards)
+
+
 def _describe_configs(
     client: _Client, admin: Any, name: str
 ) -> tuple[list[dict[str, Any]] | None, str | None]:
@@ -475,9 +499,10 @@ def _print_describe_text(summary: dict[str, Any], partitions: list[dict[str, Any
                      + [[c["name"], c["value"], c["source"]] for c in configs], out)
     out.write("\nPARTITIONS\n==========\n")
     rows: list[list[object]] = [
-        ["PARTITION", "LEADER", "REPLICAS", "LOG-START-OFFSET", "HIGH-WATERMARK"]]
+        ["PARTITION", "LEADER", "SHARD", "REPLICAS", "LOG-START-OFFSET", "HIGH-WATERMARK"]]
     for p in partitions:
-        rows.append([p["partition"], p["leader"], ",".join(map(str, p["replicas"])),
+        rows.append([p["partition"], p["leader"], _or_dash(p.get("shard")),
+                     ",".join(map(str, p["replicas"])),
                      _or_dash(p["log_start_offset"]), _or_dash(p["high_watermark"])])
     _print_table(rows, out)
 

@@ -48,5 +48,8 @@ def broker_entries(settings: BrokerSettings) -> list[ConfigEntry]:
         "log.segment.bytes": str(settings.segment_bytes),
         "log.roll.ms": str(settings.segment_ms),
         "log.dirs": settings.data_dir,
+        # Not a Kafka key: how many shards own this node's partitions (`krill topic describe`
+        # shows each partition's shard with shards.shard_table.shard_of).
+        "krill.shards": str(settings.shards),
     }
     return [ConfigEntry(k, v, SOURCE_STATIC_BROKER) for k, v in sorted(values.items())]

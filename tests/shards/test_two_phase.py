@@ -29,7 +29,8 @@ from actors.runtime import bind_loop, stop_all_actors
 from actors.services import BrokerSettings, TopicTable
 from actors.topic_config import TopicSettings
 from shards.pipes import MemoryPipeNetwork
-from shards.remote import RemotePartition, Router
+from shards.remote import RemotePartition
+from shards.router import Router
 from wire.errors import ErrorCode
 from wire.record_batch import iter_batches
 from wire.records import build_batch, iter_records
