@@ -4,8 +4,8 @@ A handler asks `Services.partition()` for a partition's actor. On the owning sha
 the local `Partition` ref; on any other shard it is a `RemotePartition`, whose `tell()` turns
 the actor message into one pipe message (a msgpack header and raw payload frames) and keeps
 the reply callable under a request id until the owner answers. The owner's `Router`
-(shards/router.py) rebuilds
-the message, tells its local actor, and sends each reply back on its own pipe to the source.
+(shards/router.py) rebuilds the message, tells its local actor, and sends each reply back on
+its own pipe to the source.
 Actors never see the difference (DESIGN.md §2–5):
 
     source shard                               owner shard

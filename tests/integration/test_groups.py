@@ -231,8 +231,13 @@ def test_commits_survive_a_broker_restart(own_node: BrokerProcess) -> None:
     fresh = _consumer(own_node, group)
     after = [tp.offset for tp in fresh.committed(wanted, timeout=15)]
     assert after == before
+    producer = Producer({"bootstrap.servers": own_node.bootstrap})
+    producer.produce(topic, value=b"new", partition=0)
+    assert producer.flush(15) == 0
     fresh.subscribe([topic])
-    assert _read(fresh, 1) == []  # resumes at the end: nothing is read again
+    resumed = _read(fresh, 1)  # from the committed offsets: only the new record
+    assert [(m.partition(), m.offset()) for m in resumed] == [(0, 10)]
+    assert _read_briefly(fresh) == []
     fresh.close()
 
 
