@@ -28,8 +28,9 @@ from actors.runtime import LoopActor
 from actors.services import Services, now_ms
 from actors.topic_config import TopicSettings
 from storage import DiskLog, FileSlice, LogConfig, OffsetOutOfRange
-from wire.errors import ErrorCode
+from wire.errors import DecodeError, ErrorCode
 from wire.record_batch import BatchHeader, set_log_append_time
+from wire.records import decode_batch
 
 __all__ = [
     "Partition",
@@ -444,7 +445,8 @@ class Partition(LoopActor):
             if found is None or found[0] >= self.high_watermark:
                 m.reply(ListOffsetResult(ErrorCode.NONE, -1, -1, -1))
             else:
-                m.reply(ListOffsetResult(ErrorCode.NONE, found[1], found[0], epoch))
+                offset, timestamp = self._record_in_batch(found[0], found[1], exact=True)
+                m.reply(ListOffsetResult(ErrorCode.NONE, timestamp, offset, epoch))
         elif m.timestamp < 0:
             m.reply(ListOffsetResult(ErrorCode.INVALID_REQUEST))
         else:
@@ -452,7 +454,24 @@ class Partition(LoopActor):
             if found is None or found[0] >= self.high_watermark:
                 m.reply(ListOffsetResult(ErrorCode.NONE, -1, -1, -1))
             else:
-                m.reply(ListOffsetResult(ErrorCode.NONE, found[1], found[0], epoch))
+                offset, timestamp = self._record_in_batch(found[0], m.timestamp, exact=False)
+                m.reply(ListOffsetResult(ErrorCode.NONE, timestamp, offset, epoch))
+
+    def _record_in_batch(self, batch_offset: int, timestamp: int, exact: bool) -> tuple[int, int]:
+        """(offset, timestamp) of the first record of the batch at `batch_offset` whose
+        timestamp is `timestamp` (exact) or at least `timestamp`, as Kafka answers by-time
+        lookups. The indexes find the batch; this decodes just that one batch."""
+        assert self._log is not None
+        data = self._log.read_bytes(batch_offset, 1, self.high_watermark)  # one whole batch
+        try:
+            _, records = decode_batch(data)
+        except DecodeError as e:  # our log holds only batches that passed their CRC
+            log.error("%s: batch at %d does not decode: %s", self, batch_offset, e)
+            return batch_offset, timestamp
+        for record in records:
+            if record.timestamp == timestamp or (not exact and record.timestamp > timestamp):
+                return record.offset, record.timestamp
+        return batch_offset, timestamp
 
     def _epoch_end_offset(self, m: EpochEndOffset) -> None:
         log_ = self._log

@@ -22,8 +22,9 @@ that to each other would deadlock. That is why the backlog, not the pipe, absorb
 ZMQ_FD is edge-triggered: it wakes the loop when the socket's state changes, and any send,
 recv or `EVENTS` query can consume that edge. So a reader drains until `zmq.Again` (bounded per
 loop turn, continuing with `call_soon`) and re-checks `EVENTS & POLLIN` before it returns; a
-writer with a backlog flushes until `zmq.Again`, after which the peer's next read is
-guaranteed to signal the FD again.
+writer with a backlog asks `EVENTS & POLLOUT`, then flushes until `zmq.Again` (also bounded per
+turn), after which the reader's next batch of reads is guaranteed to signal the FD again.
+Everything here runs on the loop thread; nothing is thread-safe.
 
 `MemoryPipeNetwork` is the same mesh in one process (tests, simulations): delivery by
 `loop.call_soon`, FIFO per pipe, optional capacity to exercise backpressure.
@@ -307,7 +308,7 @@ class ZmqPipeMesh:
             self._readers[peer] = pull
             self._reader_fds[peer] = pull.fileno()
             # Connecting before the peer has bound is fine: ZeroMQ queues (up to the
-            # high-water mark) and reconnects, so shards may start in any order.
+            # high-water mark) and retries every 100 ms, so shards may start in any order.
             push = self._context.socket(zmq.PUSH)
             push.setsockopt(zmq.SNDHWM, high_water_mark_messages)
             push.setsockopt(zmq.LINGER, 0)

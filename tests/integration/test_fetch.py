@@ -149,3 +149,52 @@ def test_write_caching_topic_acks_before_flush(shared_broker: BrokerProcess) -> 
     )
     assert [m.offset() for m in delivered] == list(range(100))
     assert len(consume(shared_broker, "cached", 1, 100)) == 100
+
+
+def test_list_offsets_by_time_finds_the_record_inside_a_batch(shared_broker: BrokerProcess) -> None:
+    _create(shared_broker, "timed")
+    with RawClient(shared_broker.bootstrap) as client:
+        batch = build_batch([(None, f"{i}".encode(), []) for i in range(10)], timestamps=[1000 + 10 * i for i in range(10)])
+        response = client.call(
+            0,
+            9,
+            ProduceRequest(
+                acks=-1,
+                timeout_ms=5000,
+                topic_data=[
+                    ProduceRequest.TopicProduceData(
+                        name="timed",
+                        partition_data=[ProduceRequest.PartitionProduceData(index=0, records=batch)],
+                    )
+                ],
+            ),
+        )
+        assert response.responses[0].partition_responses[0].error_code == ErrorCode.NONE
+        from wire.messages.list_offsets import ListOffsetsRequest
+
+        def lookup(timestamp: int):  # type: ignore[no-untyped-def]
+            answer = client.call(
+                2,
+                7,
+                ListOffsetsRequest(
+                    replica_id=-1,
+                    topics=[
+                        ListOffsetsRequest.ListOffsetsTopic(
+                            name="timed",
+                            partitions=[
+                                ListOffsetsRequest.ListOffsetsPartition(
+                                    partition_index=0, current_leader_epoch=-1, timestamp=timestamp
+                                )
+                            ],
+                        )
+                    ],
+                ),
+            )
+            p = answer.topics[0].partitions[0]
+            return p.offset, p.timestamp
+
+        assert lookup(1000) == (0, 1000)
+        assert lookup(1035) == (4, 1040)  # inside the batch, not the batch's first offset
+        assert lookup(1090) == (9, 1090)
+        assert lookup(1091) == (-1, -1)
+        assert lookup(-3) == (9, 1090)  # the record with the largest timestamp

@@ -34,6 +34,7 @@ from shards.pipes import (
     ZmqPipeMesh,
     pipe_high_water_mark_messages,
     pipe_path,
+    pipe_receive_messages_per_turn_max,
 )
 
 pytestmark = pytest.mark.timeout(60)
@@ -151,13 +152,15 @@ class Pair:
         mesh_0: PipeMesh
         mesh_1: PipeMesh
         if self.kind == "zmq":
+            # The reader of 0→1 binds first so that pipe connects at once; a PUSH that finds
+            # no socket file retries after ZeroMQ's reconnect interval (100 ms).
+            mesh_1 = ZmqPipeMesh(
+                1, 2, self.run_dir, self.loop, on_message_1, high_water_mark_messages=hwm
+            )
             mesh_0 = ZmqPipeMesh(
                 0, 2, self.run_dir, self.loop, on_message_0,
                 high_water_mark_messages=hwm, on_backlog=on_backlog,
             )  # fmt: skip
-            mesh_1 = ZmqPipeMesh(
-                1, 2, self.run_dir, self.loop, on_message_1, high_water_mark_messages=hwm
-            )
         else:
             network = MemoryPipeNetwork(2, self.loop, capacity_messages=hwm)
             mesh_0 = network.mesh(0, on_message_0, on_backlog=on_backlog)
@@ -283,6 +286,39 @@ def test_ping_pong_with_bursts_never_stalls(pair: Pair) -> None:
     writers += [mesh_0.writer(1), mesh_1.writer(0)]
     ping(0)
     run_until(pair.loop, lambda: state["round"] >= rounds, 50)
+
+
+def test_drain_yields_to_other_callbacks_each_turn(pair: Pair) -> None:
+    received: list[int] = []
+    mesh_0, mesh_1 = pair.make(ignore, lambda source, header, payloads: received.append(1))
+    mesh_1.pause_reading()
+    for seq in range(1000):
+        mesh_0.writer(1).send([seq])
+    run_for(pair.loop, 0.1)
+    seen_by_then: list[int] = []
+    mesh_1.resume_reading()  # schedules the drain first, so it runs before the probe
+    pair.loop.call_soon(lambda: seen_by_then.append(len(received)))
+    run_until(pair.loop, lambda: len(received) == 1000, 10)
+    assert 1 <= seen_by_then[0] <= pipe_receive_messages_per_turn_max
+
+
+def test_zmq_writer_may_start_before_its_reader() -> None:
+    """Shards start in any order: sends to a shard not yet bound wait, then arrive in order."""
+    loop, run_dir = asyncio.new_event_loop(), short_run_dir()
+    checker = Checker()
+    meshes = [ZmqPipeMesh(0, 2, run_dir, loop, ignore)]
+    try:
+        produce(loop, meshes[0].writer(1), 2000)
+        run_for(loop, 0.1)
+        assert meshes[0].writer(1).backlog_messages > 0
+        meshes.append(ZmqPipeMesh(1, 2, run_dir, loop, checker))
+        run_until(loop, lambda: checker.count == 2000, 20)
+        assert checker.errors == []
+    finally:
+        for mesh in meshes:
+            mesh.close()
+        loop.close()
+        shutil.rmtree(run_dir)
 
 
 def test_bad_header_is_logged_and_dropped(caplog: pytest.LogCaptureFixture) -> None:
