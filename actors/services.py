@@ -88,6 +88,10 @@ class Services(Protocol):
         partition), or None if it cannot be reached from here."""
         ...
 
+    def group_coordinators(self) -> list[Any]:
+        """Every shard's GroupCoordinator (ListGroups asks them all)."""
+        ...
+
     def run_blocking(
         self, fn: Callable[[], Any], done: Callable[[Any, BaseException | None], None]
     ) -> None:

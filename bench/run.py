@@ -238,6 +238,23 @@ class ProcessCpu:
         return {k: round(v - before.get(k, 0.0), 3) for k, v in sorted(now.items())}
 
 
+def idle_cpu(broker: Broker, seconds: float) -> dict[str, Any]:
+    """Broker CPU while no client sends anything, per second, whole tree and per process."""
+    cpu = ProcessCpu(broker)
+    check = liveness(broker)
+    before = cpu.snapshot()
+    t0 = time.perf_counter()
+    time.sleep(seconds)
+    elapsed = time.perf_counter() - t0
+    by_process = cpu.since(before)
+    check()
+    return {
+        "seconds": round(elapsed, 3),
+        "broker_cpu_s_per_s": round(sum(by_process.values()) / elapsed, 4),
+        "broker_cpu_s_by_process": by_process,
+    }
+
+
 def _add_cpu_per_gb(phase: dict[str, Any] | None, value_bytes: int) -> float | None:
     """Adds ``broker_cpu_s_per_gb`` (broker CPU-s / GB of payload) to a phase result."""
     if not phase or not phase.get("messages"):
@@ -866,6 +883,7 @@ def run_shards_1_vs_2(args: argparse.Namespace, ceilings: dict[str, Any]) -> dic
                 sub["broker_pid"] = broker.pid
                 sub["broker_start_s"] = round(time.monotonic() - t1, 3)
                 sub["topic_create_s"] = round(create_topic(broker.bootstrap, topic, parts), 3)
+                sub["idle"] = idle_cpu(broker, 1.0 if args.quick else 2.0)
                 try:
                     _run_workload(
                         sub, broker, topic, n, value, parts, fixed_s, args,
@@ -967,6 +985,7 @@ def run_cross_core_vs_local(args: argparse.Namespace) -> dict[str, Any]:
                         timeout=args.phase_timeout, stall_timeout=args.stall_timeout,
                         check=check, broker_pid=broker.pid,
                     )  # fmt: skip
+                res["idle"] = idle_cpu(broker, 1.0 if args.quick else 2.0)
                 # Phases alternate local / cross so load drift hits both alike.
                 for key in ("local", "cross"):
                     topic = res[key]["topic"]

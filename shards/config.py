@@ -21,6 +21,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from shards import limits
+
 __all__ = [
     "ConfigError",
     "NodeConfig",
@@ -76,7 +78,7 @@ class NodeConfig:
     segment_bytes: int = 128 * MiB
     segment_ms: int = 7 * DAY_MS
     # Bytes in flight per shard before its connections stop reading (shards/memory.py).
-    memory_budget_bytes: int = 256 * MiB
+    memory_budget_bytes: int = limits.shard_memory_budget_bytes
     # Shards that accept Kafka connections: 0 means all. A bench and test knob: with 1, every
     # connection lands on shard 0, so partitions owned elsewhere take the cross-core path.
     kafka_shards: int = 0

@@ -22,3 +22,20 @@ remote_segment_fds_max = 1024
 # connections stop reading: bounds memory under any load. A few full-size produce requests
 # per connection fit many times over.
 shard_memory_budget_bytes = 256 * 1024 * 1024
+
+# Pipes between shards (shards/pipes.py) ---------------------------------------------------
+# Messages ZeroMQ queues on each end of one pipe (SNDHWM on the writer, RCVHWM on the reader).
+# Messages carry batches (up to message_max_bytes), so this bounds a pipe's memory to a few
+# hundred batches; past it the writer's local backlog takes over and the shard slows down.
+pipe_high_water_mark_messages = 128
+# Messages a reader hands to the shard per loop turn before yielding to sockets and actors.
+pipe_receive_messages_per_turn_max = 256
+# Backlogged messages a writer pushes into ZeroMQ per loop turn before yielding.
+pipe_flush_messages_per_turn_max = 256
+# Messages for one peer gathered into one pipe message per loop turn (their headers share
+# the pipe's header limit below: ~100 bytes each).
+pipe_batch_messages_max = 256
+# A header carries type, correlation, partition and sizes: anything bigger is our bug.
+pipe_header_bytes_max = 64 * 1024
+# sun_path is 108 bytes on Linux; keep a margin so a long run_dir fails here, loudly.
+pipe_path_chars_max = 100

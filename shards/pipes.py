@@ -42,6 +42,8 @@ from typing import Any, Protocol, cast
 import msgpack
 import zmq
 
+from shards import limits
+
 __all__ = [
     "Buffer",
     "MemoryPipeMesh",
@@ -55,21 +57,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-# limits (move to shards/limits.py) ---------------------------------------------------------
-# Messages ZeroMQ queues on each end of one pipe (SNDHWM on the writer, RCVHWM on the reader).
-# Messages carry batches (up to message_max_bytes), so this bounds a pipe's memory to a few
-# hundred batches; past it the writer's local backlog takes over and the shard slows down.
-pipe_high_water_mark_messages = 128
-# Messages a reader hands to the shard per loop turn before yielding to sockets and actors.
-pipe_receive_messages_per_turn_max = 256
-# Backlogged messages a writer pushes into ZeroMQ per loop turn before yielding.
-pipe_flush_messages_per_turn_max = 256
-# A header carries type, correlation, partition and sizes: anything bigger is our bug.
-pipe_header_bytes_max = 64 * 1024
-# sun_path is 108 bytes on Linux; keep a margin so a long run_dir fails here, loudly.
-pipe_path_chars_max = 100
-# ------------------------------------------------------------------------------------------
 
 # Plain ints: or-ing zmq's IntFlag members costs more than the send itself on the hot path.
 _NOBLOCK = int(zmq.NOBLOCK)
@@ -115,7 +102,7 @@ class PipeMesh(Protocol):
 def pipe_path(run_dir: str, source: int, target: int) -> str:
     """The socket file of the source→target pipe."""
     path = os.path.join(run_dir, f"pipe-{source}-{target}")
-    assert len(path) < pipe_path_chars_max, f"pipe socket path too long: {path}"
+    assert len(path) < limits.pipe_path_chars_max, f"pipe socket path too long: {path}"
     return path
 
 
@@ -126,13 +113,13 @@ def _nbytes(buffer: Buffer) -> int:
 def _pack_header(packer: msgpack.Packer, header: Any) -> bytes:
     assert isinstance(header, (dict, list, tuple)), f"pipe header not a dict or list: {header!r}"
     packed: bytes = packer.pack(header)
-    assert len(packed) <= pipe_header_bytes_max, f"pipe header of {len(packed)} bytes"
+    assert len(packed) <= limits.pipe_header_bytes_max, f"pipe header of {len(packed)} bytes"
     return packed
 
 
 def _unpack_header(source: int, packed: bytes) -> tuple[bool, Any]:
     """(ok, header). A bad header is our bug, but one bad message must not kill the shard."""
-    if len(packed) > pipe_header_bytes_max:
+    if len(packed) > limits.pipe_header_bytes_max:
         log.error("pipe %d: header of %d bytes dropped", source, len(packed))
         return False, None
     try:
@@ -256,7 +243,7 @@ class _ZmqPipeWriter:
         if not cast(int, self._socket.getsockopt(_EVENTS)) & _POLLOUT:
             return
         queue = self._backlog.queue
-        for _ in range(pipe_flush_messages_per_turn_max):
+        for _ in range(limits.pipe_flush_messages_per_turn_max):
             if not queue:
                 self._loop.remove_reader(self._fd)
                 return
@@ -282,7 +269,7 @@ class ZmqPipeMesh:
         on_message: OnMessage,
         *,
         context: zmq.Context[Any] | None = None,
-        high_water_mark_messages: int = pipe_high_water_mark_messages,
+        high_water_mark_messages: int = limits.pipe_high_water_mark_messages,
         on_backlog: OnBacklog | None = None,
     ) -> None:
         assert 0 <= shard_id < shards, (shard_id, shards)
@@ -365,7 +352,7 @@ class ZmqPipeMesh:
         pull = self._readers[source]
         more = True
         try:
-            for _ in range(pipe_receive_messages_per_turn_max):
+            for _ in range(limits.pipe_receive_messages_per_turn_max):
                 try:
                     frame = pull.recv(_NOBLOCK, copy=False)
                 except zmq.Again:
@@ -446,7 +433,7 @@ class _MemoryPipe:
         self._delivery_pending = False
         reader = self._network.meshes.get(self.target)
         try:
-            for _ in range(pipe_receive_messages_per_turn_max):
+            for _ in range(limits.pipe_receive_messages_per_turn_max):
                 if reader is None or not reader.reading or not self._in_flight:
                     return
                 packed, payloads = self._in_flight.popleft()

@@ -29,6 +29,7 @@ which `wire/` may not import (DESIGN.md §1); their on-pipe form is plain msgpac
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -51,6 +52,7 @@ from actors.partition import (
     WatchHighWatermark,
 )
 from actors.services import TopicInfo, TopicTable
+from shards import pipe_codec
 from storage import FileSlice
 from wire.errors import ErrorCode
 
@@ -60,6 +62,7 @@ if TYPE_CHECKING:
 __all__ = [
     "RemotePartition",
     "RemoteController",
+    "RemoteCoordinator",
     "Reply",
     "result_from_wire",
     "result_to_wire",
@@ -254,6 +257,32 @@ class RemoteController:
             router.call(0, {"t": "producer_id"}, [], lambda h, _f: reply(h["pid"]))
         else:
             raise AssertionError(f"no pipe form for {type(message).__name__}")
+
+
+class RemoteCoordinator:
+    """Stands in for the GroupCoordinator of another shard. Its messages (actors.group) are
+    plain records with a `reply` callable: the record crosses in the pipe codec's generic
+    form, and each call of the owner's reply comes back as that call's arguments."""
+
+    __slots__ = ("_router", "target")
+
+    def __init__(self, router: Router, target: int) -> None:
+        self._router = router
+        self.target = target
+
+    def tell(self, message: Any) -> None:
+        reply = message.reply
+        if hasattr(message, "_replace"):
+            bare = message._replace(reply=None)
+        else:
+            bare = dataclasses.replace(message, reply=None)
+
+        def on_reply(header: dict[str, Any], frames: list[Any]) -> bool:
+            if reply is not None:
+                reply(*pipe_codec.unpack(frames[0]))
+            return False
+
+        self._router.call(self.target, {"t": "group"}, [pipe_codec.pack(bare)], on_reply)
 
 
 def _results_reply(reply: Callable[[list[TopicResult]], None]) -> Reply:

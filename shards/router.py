@@ -9,10 +9,13 @@ Segment files of other shards are opened here, by path, for cross-core fetches.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import logging
 import os
 from collections.abc import Callable
 from typing import Any
+
+import msgpack
 
 from actors.controller import (
     AllocateProducerId,
@@ -35,8 +38,9 @@ from actors.partition import (
     ReadResult,
     WatchHighWatermark,
 )
+from actors.runtime import current_loop
 from actors.services import TopicTable
-from shards import limits
+from shards import limits, pipe_codec
 from shards.remote import Reply, result_to_wire, table_from_wire, table_to_wire
 from storage import FileSlice
 from wire.errors import ErrorCode
@@ -59,6 +63,9 @@ class Router:
         self._mesh = mesh
         self._next_id = 1
         self._pending: dict[int, Reply] = {}
+        # Messages for each target gathered during one loop turn, sent as one pipe message.
+        self._outbox: dict[int, list[tuple[dict[str, Any], list[Any]]]] = {}
+        self._flush_scheduled = False
         self._segments: collections.OrderedDict[str, int] = collections.OrderedDict()
         self.dispatched = 0  # produce requests whose phase one came back (for tests, stats)
         self._incoming: dict[str, Callable[[int, dict[str, Any], list[Any]], None]] = {
@@ -74,6 +81,8 @@ class Router:
             "create_partitions": self._serve_controller,
             "producer_id": self._serve_controller,
             "topics": self._serve_topics,
+            "batch": self._serve_batch,
+            "group": self._serve_group,
         }
 
     @property
@@ -91,7 +100,41 @@ class Router:
             self._next_id += 1
             self._pending[request_id] = reply
             header["id"] = request_id
-        self._mesh.writer(target).send(header, payloads)
+        self._send(target, header, payloads)
+
+    def _send(self, target: int, header: dict[str, Any], payloads: list[Any]) -> None:
+        """Queue a message for `target`; everything queued in one loop turn leaves together.
+
+        A hop between processes costs ~100 µs (DESIGN.md §11), so what crosses carries a
+        batch: one produce request spanning six partitions, its six phase-one answers, and
+        the phase-two answers that one flush releases each become one pipe message per peer.
+        """
+        outbox = self._outbox.setdefault(target, [])
+        outbox.append((header, payloads))
+        if len(outbox) >= limits.pipe_batch_messages_max:
+            self._flush_target(target)
+        elif not self._flush_scheduled:
+            self._flush_scheduled = True
+            current_loop().call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        for target in list(self._outbox):
+            self._flush_target(target)
+
+    def _flush_target(self, target: int) -> None:
+        messages = self._outbox.pop(target, None)
+        if not messages:
+            return
+        writer = self._mesh.writer(target)
+        if len(messages) == 1:
+            header, payloads = messages[0]
+            writer.send(header, payloads)
+            return
+        frames: list[Any] = []
+        for _, payloads in messages:
+            frames.extend(payloads)
+        writer.send({"t": "batch", "m": [[h, len(p)] for h, p in messages]}, frames)
 
     def broadcast_topics(self, table: TopicTable, done: Callable[[], None]) -> None:
         """Send the table to every other shard; `done()` when all have applied it."""
@@ -105,9 +148,10 @@ class Router:
                 done()
             return False
 
-        wire_table = table_to_wire(table)
+        # In a payload frame, not the header: a table of thousands of topics is large.
+        packed = msgpack.packb(table_to_wire(table), use_bin_type=True)
         for target in targets:
-            self.call(target, {"t": "topics", "table": wire_table}, [], applied)
+            self.call(target, {"t": "topics"}, [packed], applied)
 
     def _answer(
         self,
@@ -121,7 +165,7 @@ class Router:
         assert "t" not in header and "id" not in header, "keys reserved for routing"
         header["t"] = "reply"
         header["id"] = request["id"]
-        self._mesh.writer(source).send(header, payloads or [])
+        self._send(source, header, payloads or [])
 
     # Receiving --------------------------------------------------------------------------------
 
@@ -131,6 +175,12 @@ class Router:
             log.error("pipe message of unknown type from shard %d: %r", source, header.get("t"))
             return
         handler(source, header, frames)
+
+    def _serve_batch(self, source: int, header: dict[str, Any], frames: list[Any]) -> None:
+        position = 0
+        for sub_header, count in header["m"]:
+            self.on_message(source, sub_header, frames[position : position + count])
+            position += count
 
     def _on_reply(self, _source: int, header: dict[str, Any], frames: list[Any]) -> None:
         request_id = header["id"]
@@ -262,8 +312,27 @@ class Router:
         else:
             controller.tell(AllocateProducerId(lambda pid: self._answer(source, h, {"pid": pid})))
 
-    def _serve_topics(self, source: int, h: dict[str, Any], _frames: list[Any]) -> None:
-        self._shard.on_topics_changed(table_from_wire(h["table"]))
+    def _serve_group(self, source: int, h: dict[str, Any], frames: list[Any]) -> None:
+        message = pipe_codec.unpack(frames[0])
+
+        def reply(*args: Any) -> None:
+            self._answer(source, h, {}, [pipe_codec.pack(args)])
+
+        if hasattr(message, "_replace"):
+            message = message._replace(reply=reply)
+        else:
+            message = dataclasses.replace(message, reply=reply)
+        coordinator = self._shard.local_group_coordinator()
+        if coordinator is None or not send(coordinator, message):
+            log.error(
+                "shard %d has no group coordinator for a request from %d",
+                self._shard.shard_id,
+                source,
+            )
+
+    def _serve_topics(self, source: int, h: dict[str, Any], frames: list[Any]) -> None:
+        table = msgpack.unpackb(frames[0], raw=False, strict_map_key=False)
+        self._shard.on_topics_changed(table_from_wire(table))
         self._answer(source, h, {})
 
     # Segment files of other shards -----------------------------------------------------------

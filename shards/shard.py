@@ -29,6 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import zmq
 from pykka import ActorRef, ActorRegistry
 
 from actors.connection import Connection
@@ -44,7 +45,8 @@ from shards.config import NodeConfig
 from shards.io_pool import IoPool
 from shards.memory import MemoryBudget
 from shards.pipes import ZmqPipeMesh
-from shards.remote import RemoteController, RemotePartition
+from shards.reader import ReaderEndpoint
+from shards.remote import RemoteController, RemoteCoordinator, RemotePartition
 from shards.router import Router
 from shards.shard_table import shard_of
 
@@ -89,6 +91,7 @@ class Shard:
         self._router: Router | None = None
         self.memory = MemoryBudget(config.memory_budget_bytes, self._pipe_backlog_bytes)
         self._listener: socket.socket | None = None
+        self._reader: ReaderEndpoint | None = None  # shard 0 only
         self._stopping = False
 
     # Services -----------------------------------------------------------------------------
@@ -114,13 +117,26 @@ class Shard:
         return self._controller
 
     def group_coordinator(self, group_id: str) -> Any:
-        # The coordinator of a group owned by another shard is not reachable over the pipes
-        # yet: None makes handlers answer NOT_COORDINATOR / COORDINATOR_NOT_AVAILABLE.
+        """The coordinator of `group_id`: the one on the shard that owns the group's
+        `__consumer_offsets` partition (a stand-in when that is another shard)."""
         info = self._table.topics.get(OFFSETS_TOPIC)
         count = info.partitions if info is not None else self.settings.offsets_topic_partitions
-        if self.owner_of(OFFSETS_TOPIC, offsets_partition(group_id, count)) != self.shard_id:
-            return None
+        return self._coordinator_on(
+            self.owner_of(OFFSETS_TOPIC, offsets_partition(group_id, count))
+        )
+
+    def group_coordinators(self) -> list[Any]:
+        """Every shard's coordinator (ListGroups asks them all)."""
+        return [self._coordinator_on(shard) for shard in range(self.shards)]
+
+    def local_group_coordinator(self) -> Any:
         return self._group_coordinator
+
+    def _coordinator_on(self, shard: int) -> Any:
+        if shard == self.shard_id:
+            return self._group_coordinator
+        assert self._router is not None
+        return RemoteCoordinator(self._router, shard)
 
     def _owns_offsets_partition(self, index: int) -> bool:
         return self.owner_of(OFFSETS_TOPIC, index) == self.shard_id
@@ -216,6 +232,8 @@ class Shard:
         if accepting == 0 or self.shard_id < accepting:
             self._listener = _listen(self.config.listen)
             self.loop.add_reader(self._listener.fileno(), self._accept)
+        if self.shard_id == 0:
+            self._start_reader()
         for signum in (signal.SIGTERM, signal.SIGINT):
             self.loop.add_signal_handler(signum, self.stop)
         host, port = self.config.listen
@@ -228,6 +246,15 @@ class Shard:
             port,
             self.settings.data_dir,
         )
+
+    def _start_reader(self) -> None:
+        # A node whose reader port is taken still serves Kafka: Spark is an add-on.
+        try:
+            self._reader = ReaderEndpoint(
+                self, self.loop, self.config.reader_listen, _reader_advertised(self.config)
+            )
+        except zmq.ZMQError as e:
+            log.error("shard 0: no Spark reader on %s:%d: %s", *self.config.reader_listen, e)
 
     def _on_pipe_message(self, source: int, header: Any, frames: list[Any]) -> None:
         assert self._router is not None
@@ -259,6 +286,9 @@ class Shard:
         if self._listener is not None:
             self.loop.remove_reader(self._listener.fileno())
             self._listener.close()
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
         stop_all_actors()
         self.loop.call_soon(self._check_stopped, self.loop.time() + limits.shard_drain_timeout_s)
 
@@ -273,6 +303,8 @@ class Shard:
         try:
             self.loop.run_forever()
         finally:
+            if self._reader is not None:
+                self._reader.close()
             self._io.shutdown()
             if self._router is not None:
                 self._router.close()
@@ -280,6 +312,14 @@ class Shard:
                 self._mesh.close()
             self.loop.close()
         log.info("shard %d stopped", self.shard_id)
+
+
+def _reader_advertised(config: NodeConfig) -> str:
+    """The reader address the Spark source is told to connect to (never a wildcard)."""
+    host, port = config.reader_listen
+    if host in ("0.0.0.0", "::", ""):
+        host = config.advertise[0]
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def _listen(address: tuple[str, int]) -> socket.socket:

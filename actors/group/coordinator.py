@@ -25,7 +25,7 @@ import enum
 import logging
 import struct
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any, NamedTuple
 
 from pykka import ActorDeadError, ActorRef
@@ -44,6 +44,19 @@ from actors.group.log_records import (
     encode_offset_key,
     encode_offset_value,
 )
+from actors.group.messages import (
+    CommitEntry,
+    CommitOffsets,
+    DeleteGroups,
+    DeleteOffsets,
+    DescribeGroups,
+    EnsureReady,
+    FetchedOffset,
+    FetchOffsets,
+    GroupDescription,
+    GroupListing,
+    ListGroups,
+)
 from actors.group.state import (
     Group,
     GroupSnapshot,
@@ -54,7 +67,6 @@ from actors.group.state import (
     JoinResult,
     Leave,
     LeaveResult,
-    MemberDescription,
     Persist,
     Reply,
     SetTimer,
@@ -90,76 +102,6 @@ CONSUMER_PROTOCOL_TYPE = "consumer"
 
 
 # Messages -----------------------------------------------------------------------------------
-
-
-class EnsureReady(NamedTuple):
-    """FindCoordinator: reply NONE once the offsets topic exists and is loaded."""
-
-    reply: Callable[[ErrorCode], None]
-
-
-class CommitEntry(NamedTuple):
-    topic: str
-    partition: int
-    offset: int
-    leader_epoch: int
-    metadata: str | None
-
-
-class CommitOffsets(NamedTuple):
-    group_id: str
-    generation_id: int  # -1: a standalone consumer
-    member_id: str
-    group_instance_id: str | None
-    entries: list[CommitEntry]
-    reply: Callable[[list[ErrorCode]], None]  # one per entry
-
-
-class FetchedOffset(NamedTuple):
-    topic: str
-    partition: int
-    value: OffsetValue | None  # None: nothing committed
-
-
-class FetchOffsets(NamedTuple):
-    group_id: str
-    partitions: list[tuple[str, int]] | None  # None: every committed partition
-    reply: Callable[[list[FetchedOffset]], None]
-
-
-@dataclass(frozen=True, slots=True)
-class GroupDescription:
-    group_id: str
-    state: str
-    protocol_type: str
-    protocol_name: str
-    members: list[MemberDescription]
-
-
-class DescribeGroups(NamedTuple):
-    group_ids: list[str]
-    reply: Callable[[list[GroupDescription]], None]
-
-
-class GroupListing(NamedTuple):
-    group_id: str
-    protocol_type: str
-    state: str
-
-
-class ListGroups(NamedTuple):
-    reply: Callable[[list[GroupListing]], None]
-
-
-class DeleteGroups(NamedTuple):
-    group_ids: list[str]
-    reply: Callable[[list[ErrorCode]], None]  # one per group id
-
-
-class DeleteOffsets(NamedTuple):
-    group_id: str
-    partitions: list[tuple[str, int]]
-    reply: Callable[[ErrorCode, list[ErrorCode]], None]  # top-level, one per partition
 
 
 class _Created(NamedTuple):

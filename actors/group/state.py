@@ -38,16 +38,34 @@ for a second join (MEMBER_ID_REQUIRED, JoinGroup v4+) are *pending* and expire t
 
 from __future__ import annotations
 
-import enum
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
 from actors.group import limits
+from actors.group.events import (
+    Effect,
+    GroupSnapshot,
+    GroupState,
+    Heartbeat,
+    HeartbeatResult,
+    Join,
+    JoinedMember,
+    JoinResult,
+    Leave,
+    LeaveResult,
+    MemberDescription,
+    MemberSnapshot,
+    Persist,
+    Reply,
+    SetTimer,
+    Sync,
+    SyncResult,
+)
 from wire.errors import ErrorCode
 
-__all__ = [
+__all__ = [  # the events module's names too, so callers need one import
     "GroupState",
     "Group",
     "Join",
@@ -67,157 +85,6 @@ __all__ = [
     "MemberSnapshot",
     "MemberDescription",
 ]
-
-
-class GroupState(enum.Enum):
-    EMPTY = "Empty"
-    PREPARING_REBALANCE = "PreparingRebalance"
-    COMPLETING_REBALANCE = "CompletingRebalance"
-    STABLE = "Stable"
-    DEAD = "Dead"
-
-
-# Events -----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Join:
-    group_id: str
-    member_id: str  # "" for a new member
-    group_instance_id: str | None
-    client_id: str
-    client_host: str
-    session_timeout_ms: int
-    rebalance_timeout_ms: int
-    protocol_type: str
-    protocols: tuple[tuple[str, bytes], ...]  # (name, metadata), most preferred first
-    require_known_member_id: bool = False  # JoinGroup v4+: answer MEMBER_ID_REQUIRED first
-    reply: Any = None  # opaque to the state machine: returned in Reply.to
-
-
-@dataclass(frozen=True, slots=True)
-class Sync:
-    group_id: str
-    member_id: str
-    group_instance_id: str | None
-    generation_id: int
-    protocol_type: str | None  # v5+; None: not checked
-    protocol_name: str | None
-    assignments: tuple[tuple[str, bytes], ...]  # only the leader's carries any
-    reply: Any = None
-
-
-@dataclass(frozen=True, slots=True)
-class Heartbeat:
-    group_id: str
-    member_id: str
-    group_instance_id: str | None
-    generation_id: int
-    reply: Any = None
-
-
-@dataclass(frozen=True, slots=True)
-class Leave:
-    group_id: str
-    members: tuple[tuple[str, str | None], ...]  # (member id or "", group instance id)
-    reply: Any = None
-
-
-# Results (what Reply carries) ---------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class JoinedMember:
-    member_id: str
-    group_instance_id: str | None
-    metadata: bytes
-
-
-@dataclass(frozen=True, slots=True)
-class JoinResult:
-    error: ErrorCode
-    member_id: str = ""
-    generation_id: int = -1
-    protocol_type: str | None = None
-    protocol_name: str | None = None
-    leader_id: str = ""
-    members: tuple[JoinedMember, ...] = ()
-    skip_assignment: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class SyncResult:
-    error: ErrorCode
-    protocol_type: str | None = None
-    protocol_name: str | None = None
-    assignment: bytes = b""
-
-
-@dataclass(frozen=True, slots=True)
-class HeartbeatResult:
-    error: ErrorCode
-
-
-@dataclass(frozen=True, slots=True)
-class LeaveResult:
-    error: ErrorCode
-    members: tuple[tuple[str, str | None, ErrorCode], ...] = ()
-
-
-# Effects --------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Reply:
-    to: Any
-    result: Any
-
-
-@dataclass(frozen=True, slots=True)
-class MemberSnapshot:
-    member_id: str
-    group_instance_id: str | None
-    client_id: str
-    client_host: str
-    rebalance_timeout_ms: int
-    session_timeout_ms: int
-    subscription: bytes  # the member's metadata for the chosen protocol
-    assignment: bytes
-
-
-@dataclass(frozen=True, slots=True)
-class GroupSnapshot:
-    """What survives a restart: Kafka's GroupMetadataValue."""
-
-    protocol_type: str
-    generation_id: int
-    protocol_name: str | None
-    leader_id: str | None
-    state_timestamp_ms: int
-    members: tuple[MemberSnapshot, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class Persist:
-    snapshot: GroupSnapshot
-
-
-@dataclass(frozen=True, slots=True)
-class SetTimer:
-    deadline_ms: int | None  # None: no timer needed
-
-
-Effect = Reply | Persist | SetTimer
-
-
-@dataclass(frozen=True, slots=True)
-class MemberDescription:
-    member_id: str
-    group_instance_id: str | None
-    client_id: str
-    client_host: str
-    metadata: bytes
-    assignment: bytes
 
 
 # The group -------------------------------------------------------------------------------------
@@ -695,10 +562,10 @@ class Group:
         """The checks SyncGroup and Heartbeat share, in Kafka's order."""
         if self.state == GroupState.DEAD:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
-        if member_id not in self._members:
-            return ErrorCode.UNKNOWN_MEMBER_ID
         if self._fenced(member_id, group_instance_id):
             return ErrorCode.FENCED_INSTANCE_ID
+        if member_id not in self._members:
+            return ErrorCode.UNKNOWN_MEMBER_ID
         if generation_id != self.generation_id:
             return ErrorCode.ILLEGAL_GENERATION
         return None

@@ -2,8 +2,7 @@
 
 v1 throttle time; v2 same; v3 flexible; v4 StatesFilter (KIP-518: only groups in these
 states; empty means all); v5 TypesFilter and GroupType per group (KIP-848: every group here
-is "classic"). Lists the groups of this node's coordinator (one node, one shard's
-coordinator so far; several shards will ask each one).
+is "classic"). Every shard's coordinator is asked, and their groups are listed together.
 """
 
 from __future__ import annotations
@@ -11,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from actors.group.coordinator import GroupListing, ListGroups
-from actors.handlers.group_common import tell_coordinator
+from actors.handlers.join import Join, send
 from wire.errors import ErrorCode
 from wire.messages.list_groups import ListGroupsRequest, ListGroupsResponse
 
@@ -31,13 +30,24 @@ def handle(ctx: Any, request: ListGroupsRequest) -> None:
 
     def reply(listed: list[GroupListing], error: ErrorCode = ErrorCode.NONE) -> None:
         groups = [
-            ListedGroup(group_id=g.group_id, protocol_type=g.protocol_type,
-                        group_state=g.state, group_type=_GROUP_TYPE)
+            ListedGroup(
+                group_id=g.group_id,
+                protocol_type=g.protocol_type,
+                group_state=g.state,
+                group_type=_GROUP_TYPE,
+            )
             for g in listed
-            if (not states or g.state.lower() in states)
-            and (not types or _GROUP_TYPE in types)
+            if (not states or g.state.lower() in states) and (not types or _GROUP_TYPE in types)
         ]
         ctx.respond(ListGroupsResponse(throttle_time_ms=0, error_code=error, groups=groups))
 
-    if not tell_coordinator(ctx, "", ListGroups(reply)):
-        reply([], ErrorCode.COORDINATOR_NOT_AVAILABLE)
+    coordinators = [c for c in ctx.services.group_coordinators() if c is not None]
+
+    def merged(results: list[list[GroupListing]]) -> None:
+        reply([g for listed in results for g in listed])
+
+    join = Join(len(coordinators), merged)
+    for index, coordinator in enumerate(coordinators):
+        slot = join.slot(index)
+        if not send(coordinator, ListGroups(slot)):
+            slot([])

@@ -249,9 +249,9 @@ def test_initial_delay_never_passes_the_rebalance_timeout() -> None:
     g.join(join(client="a"), 0)
     for t in range(50, REBALANCE_MS + 1000, 50):
         g.join(join(client="x", tag=t), t)
+        g.tick(t)
         if g.state != S.PREPARING_REBALANCE:
             break
-        g.tick(t)
     assert g.state == S.COMPLETING_REBALANCE
     assert g.state_timestamp_ms <= REBALANCE_MS
 

@@ -32,7 +32,7 @@ _GROUP_ARGS = ("--group-initial-rebalance-delay-ms", "100", "--offsets-topic-par
 
 
 def _start(data_dir: Path) -> BrokerProcess:
-    return BrokerProcess(data_dir, *_GROUP_ARGS, smp=1).start()
+    return BrokerProcess(data_dir, *_GROUP_ARGS).start()
 
 
 @pytest.fixture(scope="module")
@@ -151,15 +151,15 @@ def test_three_members_share_six_partitions_and_move_on_leave_join_and_kill(
         c.close()
 
 
-_MEMBER_SCRIPT = """
+_MEMBER_SCRIPT = f"""
 import sys, time
 from confluent_kafka import Consumer
-c = Consumer({"bootstrap.servers": sys.argv[1], "group.id": sys.argv[2],
-              "session.timeout.ms": %d, "heartbeat.interval.ms": 500})
+c = Consumer({{"bootstrap.servers": sys.argv[1], "group.id": sys.argv[2],
+              "session.timeout.ms": {SESSION_TIMEOUT_MS}, "heartbeat.interval.ms": 500}})
 c.subscribe([sys.argv[3]])
 while True:
     c.poll(0.1)
-""" % SESSION_TIMEOUT_MS
+"""
 
 
 def _member_process(broker: BrokerProcess, group: str, topic: str) -> subprocess.Popen[bytes]:
@@ -272,7 +272,8 @@ def _read_briefly(consumer: Consumer) -> list[Any]:
 
 
 def test_kafka_python_group_auto_and_manual_commit(node: BrokerProcess) -> None:
-    from kafka import KafkaConsumer, TopicPartition as KTopicPartition
+    from kafka import KafkaConsumer
+    from kafka import TopicPartition as KTopicPartition
 
     topic = _topic(node, 3, records=30)
     group = _name("kp")

@@ -24,6 +24,11 @@ import msgpack
 import pytest
 import zmq
 
+from shards.limits import (
+    pipe_flush_messages_per_turn_max,
+    pipe_high_water_mark_messages,
+    pipe_receive_messages_per_turn_max,
+)
 from shards.pipes import (
     Buffer,
     MemoryPipeNetwork,
@@ -32,9 +37,7 @@ from shards.pipes import (
     PipeMesh,
     PipeWriter,
     ZmqPipeMesh,
-    pipe_high_water_mark_messages,
     pipe_path,
-    pipe_receive_messages_per_turn_max,
 )
 
 pytestmark = pytest.mark.timeout(60)
@@ -300,6 +303,21 @@ def test_drain_yields_to_other_callbacks_each_turn(pair: Pair) -> None:
     pair.loop.call_soon(lambda: seen_by_then.append(len(received)))
     run_until(pair.loop, lambda: len(received) == 1000, 10)
     assert 1 <= seen_by_then[0] <= pipe_receive_messages_per_turn_max
+
+
+def test_flush_continues_past_one_turn(pair: Pair) -> None:
+    """With a high-water mark above the per-turn flush bound, the pipe frees more room than
+    one turn fills: the flush must carry on by itself, as no further edge will come."""
+    checker = Checker()
+    mesh_0, mesh_1 = pair.make(ignore, checker, hwm=4 * pipe_flush_messages_per_turn_max)
+    mesh_1.pause_reading()
+    for seq in range(20_000):
+        mesh_0.writer(1).send(header_for(seq), payloads_for(seq))
+    run_for(pair.loop, 0.1)
+    assert mesh_0.writer(1).backlog_messages > 0
+    mesh_1.resume_reading()
+    run_until(pair.loop, lambda: checker.count == 20_000, 20)
+    assert checker.errors == []
 
 
 def test_zmq_writer_may_start_before_its_reader() -> None:

@@ -38,6 +38,7 @@ class BrokerProcess:
         default = min(2, len(os.sched_getaffinity(0)))
         self.smp = smp or int(os.environ.get("KRILL_TEST_SMP", default))
         self.port = port or free_port()
+        self.reader_port = free_port()  # the Spark reader endpoint (shards/reader.py)
         self.extra_args = list(extra_args)
         self.log_path = data_dir.parent / f"{data_dir.name}-broker.log"
         self.process: subprocess.Popen[bytes] | None = None
@@ -45,6 +46,10 @@ class BrokerProcess:
     @property
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    @property
+    def reader_address(self) -> str:
+        return f"127.0.0.1:{self.reader_port}"
 
     def start(self) -> BrokerProcess:
         assert self.process is None, "already running"
@@ -61,6 +66,8 @@ class BrokerProcess:
                 str(self.data_dir),
                 "--smp",
                 str(self.smp),
+                "--reader-listen",
+                self.reader_address,
                 *self.extra_args,
             ],
             cwd=REPO,

@@ -1,0 +1,301 @@
+"""The reader endpoint: a ZeroMQ ROUTER serving the Spark data source (DESIGN.md §8).
+
+Shard 0 binds it on the node's reader address (default 127.0.0.1:9093). Requests and replies
+are msgpack maps in the shapes of `wire.spark.protocol` (PROTOCOL.md): metadata from the
+shard's topic table, offsets by ListOffset, fetches by Read to the partition's actor — local,
+or on another shard through `Services.partition()` like any Kafka handler. A fetch answers with
+the segment bytes as one raw frame, read with pread (on the I/O pool when large) and handed to
+ZeroMQ without a copy: the reader never decodes records.
+
+The socket lives on the shard's loop thread the way the pipes do (shards/pipes.py): its
+edge-triggered `zmq.FD` is watched with `loop.add_reader`, the drain stops at `zmq.Again` or
+after a bounded number of requests per turn, and re-checks `EVENTS` before it returns. Replies
+are sent from the same socket, and a send can consume the read edge too, so every send is
+followed by a scheduled drain. A client's mistake (not msgpack, wrong version, a field missing,
+over a limit) gets an error reply and a log line; nothing a client sends can stop the shard.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import Any, Protocol, cast
+
+import zmq
+
+from actors.partition import (
+    FetchBudget,
+    ListOffset,
+    ListOffsetResult,
+    Read,
+    ReadResult,
+)
+from actors.services import BrokerSettings, TopicTable
+from storage import FileSlice
+from wire.errors import ErrorCode
+from wire.spark import protocol
+from wire.spark.protocol import ProtocolError
+
+__all__ = ["ReaderEndpoint"]
+
+log = logging.getLogger(__name__)
+
+# limits (move to shards/limits.py) ---------------------------------------------------------
+# Requests taken off the socket per loop turn before the shard serves its other work.
+reader_requests_per_turn_max = 64
+# Requests waiting on partitions at once; past it a request gets ERROR_BUSY. With replies of
+# up to protocol.fetch_bytes_max this bounds the endpoint's memory to ~2 GiB worst case, in
+# practice a few clients with one or two requests each.
+reader_requests_in_flight_max = 256
+# Messages ZeroMQ queues per client (both ways). A client waits for each reply, so a handful
+# is plenty; past it ROUTER drops the reply and that client's request times out.
+reader_high_water_mark_messages = 64
+# Slices up to this size are pread on the loop thread (page cache: a few µs); larger ones go
+# to the I/O pool so a big fetch never stalls the shard's other work.
+reader_inline_read_bytes_max = 256 * 1024
+# ------------------------------------------------------------------------------------------
+
+_NOBLOCK = int(zmq.NOBLOCK)
+_NOBLOCK_SNDMORE = int(zmq.NOBLOCK | zmq.SNDMORE)
+_EVENTS = int(zmq.EVENTS)
+_POLLIN = int(zmq.POLLIN)
+
+
+class _Node(Protocol):
+    """What the endpoint needs of its shard: the part of actors.services.Services it uses."""
+
+    settings: BrokerSettings
+
+    def topics(self) -> TopicTable: ...
+
+    def partition(self, topic: str, index: int) -> Any: ...
+
+    def run_blocking(
+        self, fn: Callable[[], Any], done: Callable[[Any, BaseException | None], None]
+    ) -> None: ...
+
+
+class ReaderEndpoint:
+    """The ROUTER socket and the requests in flight on it. Loop thread only."""
+
+    def __init__(
+        self,
+        services: _Node,
+        loop: asyncio.AbstractEventLoop,
+        address: tuple[str, int],
+        advertised: str,
+        *,
+        context: zmq.Context[Any] | None = None,
+    ) -> None:
+        self._services = services
+        self._loop = loop
+        self._advertised = advertised
+        self._own_context = context is None
+        self._context = zmq.Context(io_threads=1) if context is None else context
+        self._socket = self._context.socket(zmq.ROUTER)
+        self._socket.setsockopt(zmq.SNDHWM, reader_high_water_mark_messages)
+        self._socket.setsockopt(zmq.RCVHWM, reader_high_water_mark_messages)
+        self._socket.setsockopt(zmq.MAXMSGSIZE, protocol.request_bytes_max)
+        self._socket.setsockopt(zmq.LINGER, 0)
+        host, port = address
+        if ":" in host:
+            self._socket.setsockopt(zmq.IPV6, 1)
+            host = f"[{host}]"
+        self._socket.bind(f"tcp://{host}:{port}")
+        self._fd = self._socket.fileno()
+        self._in_flight = 0
+        self._drain_pending = False
+        self._closed = False
+        self.requests = 0  # served, for tests and stats
+        self.errors = 0
+        loop.add_reader(self._fd, self._drain)
+        self._schedule_drain()
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._loop.remove_reader(self._fd)
+        self._socket.close(linger=0)
+        if self._own_context:
+            self._context.term()
+
+    # Receiving ----------------------------------------------------------------------------
+
+    def _schedule_drain(self) -> None:
+        if not self._drain_pending and not self._closed:
+            self._drain_pending = True
+            self._loop.call_soon(self._scheduled_drain)
+
+    def _scheduled_drain(self) -> None:
+        self._drain_pending = False
+        self._drain()
+
+    def _drain(self) -> None:
+        if self._closed:
+            return
+        socket = self._socket
+        more = True
+        try:
+            for _ in range(reader_requests_per_turn_max):
+                try:
+                    frames = socket.recv_multipart(_NOBLOCK, copy=False)
+                except zmq.Again:
+                    break
+                self._handle(frames)
+                if self._closed:
+                    return
+            else:
+                return  # turn spent: `finally` continues next turn
+            more = bool(cast(int, socket.getsockopt(_EVENTS)) & _POLLIN)
+        finally:
+            if more:
+                self._schedule_drain()
+
+    def _handle(self, frames: list[Any]) -> None:
+        identity = frames[0].bytes
+        correlation: Any = None
+        try:
+            if len(frames) != 2:
+                raise ProtocolError(f"request of {len(frames) - 1} frames, expected 1")
+            message = protocol.unpack(frames[1].buffer, protocol.request_bytes_max)
+            correlation = message.get("id")
+            op, arguments = protocol.parse_request(message)
+        except ProtocolError as exc:
+            self.errors += 1
+            log.info("reader: bad request: %s", exc)
+            self._send(identity, protocol.error_reply(correlation, exc.code, str(exc)))
+            return
+        self.requests += 1
+        if self._in_flight >= reader_requests_in_flight_max:
+            self._send(identity, protocol.error_reply(
+                correlation, protocol.ERROR_BUSY, "too many requests in flight, retry"))
+            return
+        if op == "metadata":
+            self._metadata(identity, correlation, arguments)
+        elif op == "offsets":
+            self._offsets(identity, correlation, arguments)
+        else:
+            self._fetch(identity, correlation, arguments)
+
+    # Requests -----------------------------------------------------------------------------
+
+    def _metadata(self, identity: bytes, correlation: Any, names: list[str] | None) -> None:
+        table = self._services.topics().topics
+        node_id = self._services.settings.node_id
+        if names is None:
+            names = [name for name, info in table.items() if not info.internal]
+        topics = {
+            name: [node_id] * table[name].partitions for name in names if name in table
+        }
+        self._send(identity, protocol.reply(
+            correlation, node=node_id, nodes={node_id: self._advertised}, topics=topics))
+
+    def _offsets(
+        self, identity: bytes, correlation: Any, queries: list[tuple[str, int, int]]
+    ) -> None:
+        results: list[list[int]] = [[protocol.ERROR_UNKNOWN_TOPIC_OR_PARTITION, -1]] * len(queries)
+        waiting = 0
+
+        def answer() -> None:
+            self._in_flight -= 1
+            self._send(identity, protocol.reply(correlation, results=results))
+
+        def on_result(index: int) -> Callable[[ListOffsetResult], None]:
+            def done(result: ListOffsetResult) -> None:
+                nonlocal waiting
+                results[index] = [int(result.error), result.offset]
+                waiting -= 1
+                if waiting == 0:
+                    answer()
+            return done
+
+        refs = [self._services.partition(topic, index) for topic, index, _ in queries]
+        waiting = sum(ref is not None for ref in refs) + 1  # +1: released below
+        self._in_flight += 1
+        for i, (ref, (_, _, timestamp)) in enumerate(zip(refs, queries, strict=True)):
+            if ref is not None:
+                ref.tell(ListOffset(timestamp, -1, on_result(i)))
+        waiting -= 1
+        if waiting == 0:
+            answer()
+
+    def _fetch(self, identity: bytes, correlation: Any, request: protocol.FetchRequest) -> None:
+        ref = self._services.partition(request.topic, request.partition)
+        if ref is None:
+            self._send(identity, protocol.error_reply(
+                correlation, protocol.ERROR_UNKNOWN_TOPIC_OR_PARTITION,
+                f"no partition {request.topic}-{request.partition}"))
+            return
+        self._in_flight += 1
+
+        def on_read(result: ReadResult) -> None:
+            if result.error != ErrorCode.NONE:
+                self._in_flight -= 1
+                header = protocol.error_reply(
+                    correlation, int(result.error),
+                    f"{result.error.name} reading {request.topic}-{request.partition} at "
+                    f"{request.offset}")
+                header["log_start"] = result.log_start_offset
+                header["high_watermark"] = result.high_watermark
+                self._send(identity, header)
+                return
+            self._send_records(identity, correlation, result)
+
+        max_bytes = request.max_bytes
+        ref.tell(Read(request.offset, max_bytes, -1, FetchBudget(max_bytes), on_read))
+
+    def _send_records(self, identity: bytes, correlation: Any, result: ReadResult) -> None:
+        def send(data: Any) -> None:
+            self._in_flight -= 1
+            header = protocol.reply(
+                correlation, log_start=result.log_start_offset,
+                high_watermark=result.high_watermark, bytes=len(data))
+            self._send(identity, header, data)
+
+        records = result.records
+        if records is None:
+            send(b"")
+        elif not isinstance(records, FileSlice):
+            send(records)
+        elif records.length <= reader_inline_read_bytes_max:
+            try:
+                data = records.read()
+            except OSError as exc:
+                self._read_failed(identity, correlation, exc)
+                return
+            send(data)
+        else:
+            def done(data: Any, error: BaseException | None) -> None:
+                if error is not None:
+                    self._read_failed(identity, correlation, error)
+                else:
+                    send(data)
+
+            self._services.run_blocking(records.read, done)
+
+    def _read_failed(self, identity: bytes, correlation: Any, error: BaseException) -> None:
+        self._in_flight -= 1
+        log.warning("reader: segment read failed: %s", error)
+        self._send(identity, protocol.error_reply(
+            correlation, int(ErrorCode.UNKNOWN_SERVER_ERROR), f"segment read failed: {error}"))
+
+    # Sending ------------------------------------------------------------------------------
+
+    def _send(self, identity: bytes, header: dict[str, Any], data: Any = b"") -> None:
+        if self._closed:
+            return
+        socket = self._socket
+        try:
+            socket.send(identity, _NOBLOCK_SNDMORE)
+            if len(data):
+                socket.send(protocol.pack(header), _NOBLOCK_SNDMORE)
+                socket.send(data, _NOBLOCK, copy=False)
+            else:
+                socket.send(protocol.pack(header), _NOBLOCK)
+        except zmq.Again:
+            # ROUTER without ROUTER_MANDATORY drops rather than blocks; Again cannot happen,
+            # but if it does, that client's request times out, the shard carries on.
+            log.warning("reader: reply dropped, client queue full")
+        self._schedule_drain()  # the send may have consumed the read edge
