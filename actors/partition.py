@@ -299,7 +299,9 @@ class Partition(LoopActor):
             if check.duplicate is not None:
                 # Already appended: answer with the original offset once that is durable.
                 batch = check.duplicate
-                result = ProduceResult(ErrorCode.NONE, batch.first_offset, -1, self._start())
+                result = ProduceResult(
+                    ErrorCode.NONE, batch.first_offset, -1, self._log_start_offset()
+                )
                 if m.reply is not None:
                     if batch.last_offset < self.high_watermark:
                         m.reply(result)
@@ -325,7 +327,7 @@ class Partition(LoopActor):
         if m.reply is not None:
             m.reply(result)
 
-    def _start(self) -> int:
+    def _log_start_offset(self) -> int:
         return self._log.log_start_offset if self._log is not None else -1
 
     # Flush --------------------------------------------------------------------------------

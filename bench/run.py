@@ -56,7 +56,8 @@ PRODUCE_CASES = {
     "produce_consume_100b_x1": {"value_bytes": 100, "partitions": 1},
 }
 SHARD_CASES = ["shards_1_vs_2", "cross_core_vs_local"]
-ALL_CASES = ["ceilings", *PRODUCE_CASES, "rss_100_partitions", *SHARD_CASES]
+GROUP_CASES = ["offset_commit_rate", "rebalance_time"]  # bench/groups.py
+ALL_CASES = ["ceilings", *PRODUCE_CASES, "rss_100_partitions", *SHARD_CASES, *GROUP_CASES]
 
 
 class CaseError(RuntimeError):
@@ -1120,6 +1121,10 @@ def main(argv: list[str] | None = None) -> int:
             emit(run_shards_1_vs_2(args, local))
         elif case == "cross_core_vs_local":
             emit(run_cross_core_vs_local(args))
+        elif case in GROUP_CASES:
+            from bench import groups
+
+            emit(groups.GROUP_CASES[case](args))
     log(f"done in {time.monotonic() - t0:.1f}s" + (f"; results in {out_path}" if out_path else ""))
     return 1 if failed else 0
 

@@ -39,3 +39,17 @@ pipe_batch_messages_max = 256
 pipe_header_bytes_max = 64 * 1024
 # sun_path is 108 bytes on Linux; keep a margin so a long run_dir fails here, loudly.
 pipe_path_chars_max = 100
+
+# The Spark reader endpoint (shards/reader.py) -----------------------------------------------
+# Requests taken off the socket per loop turn before the shard serves its other work.
+reader_requests_per_turn_max = 64
+# Requests waiting on partitions at once; past it a request gets ERROR_BUSY. With replies of
+# up to protocol.fetch_bytes_max this bounds the endpoint's memory to ~2 GiB worst case, in
+# practice a few clients with one or two requests each.
+reader_requests_in_flight_max = 256
+# Messages ZeroMQ queues per client (both ways). A client waits for each reply, so a handful
+# is plenty; past it ROUTER drops the reply and that client's request times out.
+reader_high_water_mark_messages = 64
+# Slices up to this size are pread on the loop thread (page cache: a few µs); larger ones go
+# to the I/O pool so a big fetch never stalls the shard's other work.
+reader_inline_read_bytes_max = 256 * 1024

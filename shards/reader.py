@@ -32,6 +32,7 @@ from actors.partition import (
     ReadResult,
 )
 from actors.services import BrokerSettings, TopicTable
+from shards import limits
 from storage import FileSlice
 from wire.errors import ErrorCode
 from wire.spark import protocol
@@ -40,21 +41,6 @@ from wire.spark.protocol import ProtocolError
 __all__ = ["ReaderEndpoint"]
 
 log = logging.getLogger(__name__)
-
-# limits (move to shards/limits.py) ---------------------------------------------------------
-# Requests taken off the socket per loop turn before the shard serves its other work.
-reader_requests_per_turn_max = 64
-# Requests waiting on partitions at once; past it a request gets ERROR_BUSY. With replies of
-# up to protocol.fetch_bytes_max this bounds the endpoint's memory to ~2 GiB worst case, in
-# practice a few clients with one or two requests each.
-reader_requests_in_flight_max = 256
-# Messages ZeroMQ queues per client (both ways). A client waits for each reply, so a handful
-# is plenty; past it ROUTER drops the reply and that client's request times out.
-reader_high_water_mark_messages = 64
-# Slices up to this size are pread on the loop thread (page cache: a few µs); larger ones go
-# to the I/O pool so a big fetch never stalls the shard's other work.
-reader_inline_read_bytes_max = 256 * 1024
-# ------------------------------------------------------------------------------------------
 
 _NOBLOCK = int(zmq.NOBLOCK)
 _NOBLOCK_SNDMORE = int(zmq.NOBLOCK | zmq.SNDMORE)
@@ -94,8 +80,8 @@ class ReaderEndpoint:
         self._own_context = context is None
         self._context = zmq.Context(io_threads=1) if context is None else context
         self._socket = self._context.socket(zmq.ROUTER)
-        self._socket.setsockopt(zmq.SNDHWM, reader_high_water_mark_messages)
-        self._socket.setsockopt(zmq.RCVHWM, reader_high_water_mark_messages)
+        self._socket.setsockopt(zmq.SNDHWM, limits.reader_high_water_mark_messages)
+        self._socket.setsockopt(zmq.RCVHWM, limits.reader_high_water_mark_messages)
         self._socket.setsockopt(zmq.MAXMSGSIZE, protocol.request_bytes_max)
         self._socket.setsockopt(zmq.LINGER, 0)
         host, port = address
@@ -138,7 +124,7 @@ class ReaderEndpoint:
         socket = self._socket
         more = True
         try:
-            for _ in range(reader_requests_per_turn_max):
+            for _ in range(limits.reader_requests_per_turn_max):
                 try:
                     frames = socket.recv_multipart(_NOBLOCK, copy=False)
                 except zmq.Again:
@@ -168,9 +154,13 @@ class ReaderEndpoint:
             self._send(identity, protocol.error_reply(correlation, exc.code, str(exc)))
             return
         self.requests += 1
-        if self._in_flight >= reader_requests_in_flight_max:
-            self._send(identity, protocol.error_reply(
-                correlation, protocol.ERROR_BUSY, "too many requests in flight, retry"))
+        if self._in_flight >= limits.reader_requests_in_flight_max:
+            self._send(
+                identity,
+                protocol.error_reply(
+                    correlation, protocol.ERROR_BUSY, "too many requests in flight, retry"
+                ),
+            )
             return
         if op == "metadata":
             self._metadata(identity, correlation, arguments)
@@ -186,11 +176,13 @@ class ReaderEndpoint:
         node_id = self._services.settings.node_id
         if names is None:
             names = [name for name, info in table.items() if not info.internal]
-        topics = {
-            name: [node_id] * table[name].partitions for name in names if name in table
-        }
-        self._send(identity, protocol.reply(
-            correlation, node=node_id, nodes={node_id: self._advertised}, topics=topics))
+        topics = {name: [node_id] * table[name].partitions for name in names if name in table}
+        self._send(
+            identity,
+            protocol.reply(
+                correlation, node=node_id, nodes={node_id: self._advertised}, topics=topics
+            ),
+        )
 
     def _offsets(
         self, identity: bytes, correlation: Any, queries: list[tuple[str, int, int]]
@@ -209,6 +201,7 @@ class ReaderEndpoint:
                 waiting -= 1
                 if waiting == 0:
                     answer()
+
             return done
 
         refs = [self._services.partition(topic, index) for topic, index, _ in queries]
@@ -224,9 +217,14 @@ class ReaderEndpoint:
     def _fetch(self, identity: bytes, correlation: Any, request: protocol.FetchRequest) -> None:
         ref = self._services.partition(request.topic, request.partition)
         if ref is None:
-            self._send(identity, protocol.error_reply(
-                correlation, protocol.ERROR_UNKNOWN_TOPIC_OR_PARTITION,
-                f"no partition {request.topic}-{request.partition}"))
+            self._send(
+                identity,
+                protocol.error_reply(
+                    correlation,
+                    protocol.ERROR_UNKNOWN_TOPIC_OR_PARTITION,
+                    f"no partition {request.topic}-{request.partition}",
+                ),
+            )
             return
         self._in_flight += 1
 
@@ -234,9 +232,11 @@ class ReaderEndpoint:
             if result.error != ErrorCode.NONE:
                 self._in_flight -= 1
                 header = protocol.error_reply(
-                    correlation, int(result.error),
+                    correlation,
+                    int(result.error),
                     f"{result.error.name} reading {request.topic}-{request.partition} at "
-                    f"{request.offset}")
+                    f"{request.offset}",
+                )
                 header["log_start"] = result.log_start_offset
                 header["high_watermark"] = result.high_watermark
                 self._send(identity, header)
@@ -250,8 +250,11 @@ class ReaderEndpoint:
         def send(data: Any) -> None:
             self._in_flight -= 1
             header = protocol.reply(
-                correlation, log_start=result.log_start_offset,
-                high_watermark=result.high_watermark, bytes=len(data))
+                correlation,
+                log_start=result.log_start_offset,
+                high_watermark=result.high_watermark,
+                bytes=len(data),
+            )
             self._send(identity, header, data)
 
         records = result.records
@@ -259,7 +262,7 @@ class ReaderEndpoint:
             send(b"")
         elif not isinstance(records, FileSlice):
             send(records)
-        elif records.length <= reader_inline_read_bytes_max:
+        elif records.length <= limits.reader_inline_read_bytes_max:
             try:
                 data = records.read()
             except OSError as exc:
@@ -267,6 +270,7 @@ class ReaderEndpoint:
                 return
             send(data)
         else:
+
             def done(data: Any, error: BaseException | None) -> None:
                 if error is not None:
                     self._read_failed(identity, correlation, error)
@@ -278,8 +282,12 @@ class ReaderEndpoint:
     def _read_failed(self, identity: bytes, correlation: Any, error: BaseException) -> None:
         self._in_flight -= 1
         log.warning("reader: segment read failed: %s", error)
-        self._send(identity, protocol.error_reply(
-            correlation, int(ErrorCode.UNKNOWN_SERVER_ERROR), f"segment read failed: {error}"))
+        self._send(
+            identity,
+            protocol.error_reply(
+                correlation, int(ErrorCode.UNKNOWN_SERVER_ERROR), f"segment read failed: {error}"
+            ),
+        )
 
     # Sending ------------------------------------------------------------------------------
 

@@ -58,6 +58,7 @@ class _Fetch:
         self.deadline = time.monotonic() + wait_ms / 1000
         self.round = 0
         self.timer: Any = None
+        self.last_results: list[ReadResult] = []  # what the round before the wait read
 
     def read(self) -> None:
         self.round += 1
