@@ -49,16 +49,41 @@ def new_group() -> Group:
     return Group("g", DELAY_MS, new_member_id=lambda client: f"{client}-{next(ids)}")
 
 
-def join(member_id: str = "", *, client: str = "c", instance: str | None = None,
-         protocols: tuple[tuple[str, bytes], ...] = RANGE, protocol_type: str = "consumer",
-         session_ms: int = SESSION_MS, require: bool = False, tag: str = "join") -> Join:
-    return Join("g", member_id, instance, client, "/127.0.0.1", session_ms, REBALANCE_MS,
-                protocol_type, protocols, require, tag)
+def join(
+    member_id: str = "",
+    *,
+    client: str = "c",
+    instance: str | None = None,
+    protocols: tuple[tuple[str, bytes], ...] = RANGE,
+    protocol_type: str = "consumer",
+    session_ms: int = SESSION_MS,
+    require: bool = False,
+    tag: str = "join",
+) -> Join:
+    return Join(
+        "g",
+        member_id,
+        instance,
+        client,
+        "/127.0.0.1",
+        session_ms,
+        REBALANCE_MS,
+        protocol_type,
+        protocols,
+        require,
+        tag,
+    )
 
 
-def sync(member_id: str, generation: int, assignments: tuple[tuple[str, bytes], ...] = (),
-         *, instance: str | None = None, protocol_name: str | None = None,
-         tag: str = "sync") -> Sync:
+def sync(
+    member_id: str,
+    generation: int,
+    assignments: tuple[tuple[str, bytes], ...] = (),
+    *,
+    instance: str | None = None,
+    protocol_name: str | None = None,
+    tag: str = "sync",
+) -> Sync:
     return Sync("g", member_id, instance, generation, None, protocol_name, assignments, tag)
 
 
@@ -133,8 +158,12 @@ TABLE = [
     (S.EMPTY, ("join_no_type", ""), E.INCONSISTENT_GROUP_PROTOCOL, S.EMPTY),
     (S.EMPTY, ("join_short_session", ""), E.INVALID_SESSION_TIMEOUT, S.EMPTY),
     (S.PREPARING_REBALANCE, ("join", ""), None, S.PREPARING_REBALANCE),
-    (S.PREPARING_REBALANCE, ("join_other_type", ""), E.INCONSISTENT_GROUP_PROTOCOL,
-     S.PREPARING_REBALANCE),
+    (
+        S.PREPARING_REBALANCE,
+        ("join_other_type", ""),
+        E.INCONSISTENT_GROUP_PROTOCOL,
+        S.PREPARING_REBALANCE,
+    ),
     (S.COMPLETING_REBALANCE, ("join", M), E.NONE, S.COMPLETING_REBALANCE),
     (S.COMPLETING_REBALANCE, ("join", ""), None, S.PREPARING_REBALANCE),
     (S.STABLE, ("join", ""), None, S.PREPARING_REBALANCE),
@@ -149,15 +178,18 @@ TABLE = [
     (S.PREPARING_REBALANCE, ("sync", M, 7), E.ILLEGAL_GENERATION, S.PREPARING_REBALANCE),
     (S.COMPLETING_REBALANCE, ("sync", M, GEN), E.NONE, S.STABLE),
     (S.COMPLETING_REBALANCE, ("sync", M, 7), E.ILLEGAL_GENERATION, S.COMPLETING_REBALANCE),
-    (S.COMPLETING_REBALANCE, ("sync", "stranger", GEN), E.UNKNOWN_MEMBER_ID,
-     S.COMPLETING_REBALANCE),
+    (
+        S.COMPLETING_REBALANCE,
+        ("sync", "stranger", GEN),
+        E.UNKNOWN_MEMBER_ID,
+        S.COMPLETING_REBALANCE,
+    ),
     (S.STABLE, ("sync", M, GEN), E.NONE, S.STABLE),
     (S.STABLE, ("sync_other_protocol", M, GEN), E.INCONSISTENT_GROUP_PROTOCOL, S.STABLE),
     (S.DEAD, ("sync", "stranger", 0), E.COORDINATOR_NOT_AVAILABLE, S.DEAD),
     # Heartbeat
     (S.EMPTY, ("heartbeat", "stranger", 0), E.UNKNOWN_MEMBER_ID, S.EMPTY),
-    (S.PREPARING_REBALANCE, ("heartbeat", M, GEN), E.REBALANCE_IN_PROGRESS,
-     S.PREPARING_REBALANCE),
+    (S.PREPARING_REBALANCE, ("heartbeat", M, GEN), E.REBALANCE_IN_PROGRESS, S.PREPARING_REBALANCE),
     (S.COMPLETING_REBALANCE, ("heartbeat", M, GEN), E.NONE, S.COMPLETING_REBALANCE),
     (S.STABLE, ("heartbeat", M, GEN), E.NONE, S.STABLE),
     (S.STABLE, ("heartbeat", M, 7), E.ILLEGAL_GENERATION, S.STABLE),
@@ -180,8 +212,7 @@ TABLE = [
     (S.EMPTY, ("commit", "", -1), E.NONE, S.EMPTY),
     (S.EMPTY, ("commit", "stranger", 3), E.UNKNOWN_MEMBER_ID, S.EMPTY),
     (S.PREPARING_REBALANCE, ("commit", M, GEN), E.NONE, S.PREPARING_REBALANCE),
-    (S.COMPLETING_REBALANCE, ("commit", M, GEN), E.REBALANCE_IN_PROGRESS,
-     S.COMPLETING_REBALANCE),
+    (S.COMPLETING_REBALANCE, ("commit", M, GEN), E.REBALANCE_IN_PROGRESS, S.COMPLETING_REBALANCE),
     (S.STABLE, ("commit", M, GEN), E.NONE, S.STABLE),
     (S.STABLE, ("commit", M, 7), E.ILLEGAL_GENERATION, S.STABLE),
     (S.STABLE, ("commit", "", -1), E.UNKNOWN_MEMBER_ID, S.STABLE),
@@ -217,10 +248,14 @@ def _apply(g: Group, now: int, action: tuple[Any, ...]) -> E | None:
     return result.error
 
 
-@pytest.mark.parametrize(("state", "action", "error", "after"), TABLE,
-                         ids=[f"{r[0].value}-{'-'.join(map(str, r[1]))}" for r in TABLE])
-def test_transition(state: GroupState, action: tuple[Any, ...], error: E | None,
-                    after: GroupState) -> None:
+@pytest.mark.parametrize(
+    ("state", "action", "error", "after"),
+    TABLE,
+    ids=[f"{r[0].value}-{'-'.join(map(str, r[1]))}" for r in TABLE],
+)
+def test_transition(
+    state: GroupState, action: tuple[Any, ...], error: E | None, after: GroupState
+) -> None:
     g, member, now = STATES[state]()
     action = tuple(_fill(a, member, g.generation_id) for a in action)
     assert _apply(g, now, action) == error

@@ -154,7 +154,10 @@ def test_write_caching_topic_acks_before_flush(shared_broker: BrokerProcess) -> 
 def test_list_offsets_by_time_finds_the_record_inside_a_batch(shared_broker: BrokerProcess) -> None:
     _create(shared_broker, "timed")
     with RawClient(shared_broker.bootstrap) as client:
-        batch = build_batch([(None, f"{i}".encode(), []) for i in range(10)], timestamps=[1000 + 10 * i for i in range(10)])
+        batch = build_batch(
+            [(None, f"{i}".encode(), []) for i in range(10)],
+            timestamps=[1000 + 10 * i for i in range(10)],
+        )
         response = client.call(
             0,
             9,
@@ -164,7 +167,9 @@ def test_list_offsets_by_time_finds_the_record_inside_a_batch(shared_broker: Bro
                 topic_data=[
                     ProduceRequest.TopicProduceData(
                         name="timed",
-                        partition_data=[ProduceRequest.PartitionProduceData(index=0, records=batch)],
+                        partition_data=[
+                            ProduceRequest.PartitionProduceData(index=0, records=batch)
+                        ],
                     )
                 ],
             ),

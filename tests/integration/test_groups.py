@@ -70,22 +70,25 @@ def _topic(broker: BrokerProcess, partitions: int, records: int = 0) -> str:
 
 
 def _consumer(broker: BrokerProcess, group: str, **conf: Any) -> Consumer:
-    return Consumer({
-        "bootstrap.servers": broker.bootstrap,
-        "group.id": group,
-        "auto.offset.reset": "earliest",
-        "session.timeout.ms": SESSION_TIMEOUT_MS,
-        "heartbeat.interval.ms": 500,
-        **conf,
-    })
+    return Consumer(
+        {
+            "bootstrap.servers": broker.bootstrap,
+            "group.id": group,
+            "auto.offset.reset": "earliest",
+            "session.timeout.ms": SESSION_TIMEOUT_MS,
+            "heartbeat.interval.ms": 500,
+            **conf,
+        }
+    )
 
 
 def _owned(consumers: list[Consumer]) -> list[set[int]]:
     return [{tp.partition for tp in c.assignment()} for c in consumers]
 
 
-def _wait_balanced(consumers: list[Consumer], partitions: int, timeout_s: float = _WAIT_S,
-                   external: int = 0) -> list[set[int]]:
+def _wait_balanced(
+    consumers: list[Consumer], partitions: int, timeout_s: float = _WAIT_S, external: int = 0
+) -> list[set[int]]:
     """Poll every consumer until together they own all partitions, each some, none twice.
     `external` counts members outside this process whose share is unknown (then the local
     ones must own everything but never overlap). Checks "none twice" at every sample."""
@@ -165,7 +168,9 @@ while True:
 def _member_process(broker: BrokerProcess, group: str, topic: str) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         [sys.executable, "-c", _MEMBER_SCRIPT, broker.bootstrap, group, topic],
-        cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
 
 
@@ -279,9 +284,13 @@ def test_kafka_python_group_auto_and_manual_commit(node: BrokerProcess) -> None:
     group = _name("kp")
     for auto in (True, False):
         consumer = KafkaConsumer(
-            topic, bootstrap_servers=node.bootstrap, group_id=f"{group}-{auto}",
-            auto_offset_reset="earliest", enable_auto_commit=auto,
-            session_timeout_ms=SESSION_TIMEOUT_MS, heartbeat_interval_ms=500,
+            topic,
+            bootstrap_servers=node.bootstrap,
+            group_id=f"{group}-{auto}",
+            auto_offset_reset="earliest",
+            enable_auto_commit=auto,
+            session_timeout_ms=SESSION_TIMEOUT_MS,
+            heartbeat_interval_ms=500,
             consumer_timeout_ms=10_000,
         )
         got = []
@@ -305,9 +314,13 @@ def test_aiokafka_group_manual_and_auto_commit(node: BrokerProcess) -> None:
 
     async def run(auto: bool) -> list[int]:
         consumer = AIOKafkaConsumer(
-            topic, bootstrap_servers=node.bootstrap, group_id=f"{group}-{auto}",
-            auto_offset_reset="earliest", enable_auto_commit=auto,
-            session_timeout_ms=SESSION_TIMEOUT_MS, heartbeat_interval_ms=500,
+            topic,
+            bootstrap_servers=node.bootstrap,
+            group_id=f"{group}-{auto}",
+            auto_offset_reset="earliest",
+            enable_auto_commit=auto,
+            session_timeout_ms=SESSION_TIMEOUT_MS,
+            heartbeat_interval_ms=500,
         )
         await consumer.start()
         try:
@@ -369,8 +382,4 @@ def _committed(admin: AdminClient, group: str) -> dict[tuple[str, int], int]:
 
     future = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[group]
     result = future.result(timeout=15)
-    return {(tp.topic, tp.partition): tp.offset for tp in result.topic_partitions
-            if tp.offset >= 0}
-
-
-
+    return {(tp.topic, tp.partition): tp.offset for tp in result.topic_partitions if tp.offset >= 0}

@@ -92,16 +92,21 @@ class Kafka:
     ) -> None:
         from confluent_kafka import Producer
 
-        producer = Producer({
-            "bootstrap.servers": self.broker.bootstrap,
-            "compression.type": compression,
-            "linger.ms": 5,
-            "enable.idempotence": True,
-        })
+        producer = Producer(
+            {
+                "bootstrap.servers": self.broker.bootstrap,
+                "compression.type": compression,
+                "linger.ms": 5,
+                "enable.idempotence": True,
+            }
+        )
         errors: list[Any] = []
         for key, value, headers in records:
             producer.produce(
-                topic, value=value, key=key, headers=list(headers) or None,  # type: ignore[arg-type]
+                topic,
+                value=value,
+                key=key,
+                headers=list(headers) or None,  # type: ignore[arg-type]
                 partition=partition,
                 on_delivery=lambda err, _msg: errors.append(err) if err else None,
             )
@@ -109,8 +114,7 @@ class Kafka:
         assert not errors, errors
 
     def values(self, topic: str, count: int, partition: int = 0, prefix: str = "v") -> None:
-        self.produce(
-            topic, [(None, f"{prefix}{i}".encode(), []) for i in range(count)], partition)
+        self.produce(topic, [(None, f"{prefix}{i}".encode(), []) for i in range(count)], partition)
 
 
 @pytest.fixture(scope="session")

@@ -18,8 +18,13 @@ from wire.spark.arrow import (
     TransactionFilter,
 )
 
-CODECS = [compression.CODEC_NONE, compression.CODEC_GZIP, compression.CODEC_SNAPPY,
-          compression.CODEC_LZ4, compression.CODEC_ZSTD]
+CODECS = [
+    compression.CODEC_NONE,
+    compression.CODEC_GZIP,
+    compression.CODEC_SNAPPY,
+    compression.CODEC_LZ4,
+    compression.CODEC_ZSTD,
+]
 
 
 def test_schema_is_what_spark_expects_for_its_kafka_schema() -> None:
@@ -35,10 +40,15 @@ def test_schema_is_what_spark_expects_for_its_kafka_schema() -> None:
         TimestampType,
     )
 
-    fields = [StructField("key", BinaryType()), StructField("value", BinaryType()),
-              StructField("topic", StringType()), StructField("partition", IntegerType()),
-              StructField("offset", LongType()), StructField("timestamp", TimestampType()),
-              StructField("timestampType", IntegerType())]
+    fields = [
+        StructField("key", BinaryType()),
+        StructField("value", BinaryType()),
+        StructField("topic", StringType()),
+        StructField("partition", IntegerType()),
+        StructField("offset", LongType()),
+        StructField("timestamp", TimestampType()),
+        StructField("timestampType", IntegerType()),
+    ]
     assert to_arrow_schema(StructType(fields), timezone="UTC").equals(SCHEMA)
     header = StructType([StructField("key", StringType()), StructField("value", BinaryType())])
     fields.append(StructField("headers", ArrayType(header)))
@@ -49,8 +59,13 @@ def test_schema_is_what_spark_expects_for_its_kafka_schema() -> None:
 def test_rows_of_every_codec_with_nulls_and_headers(codec: int) -> None:
     records = [(b"k0", b"v0", [("h", b"1")]), (None, b"v1", []), (b"k2", None, [("x", None)])]
     blob = build_batch(records, codec=codec, base_offset=0, base_timestamp=1_700_000_000_000)
-    blob += build_batch([(b"k3", b"v3", [])], codec=codec, base_offset=3,
-                        base_timestamp=1_700_000_000_005, log_append_time=True)
+    blob += build_batch(
+        [(b"k3", b"v3", [])],
+        codec=codec,
+        base_offset=3,
+        base_timestamp=1_700_000_000_005,
+        log_append_time=True,
+    )
     builder = RowBuilder("t", 4, 0, 4, include_headers=True)
     assert builder.add(blob) == 2 and builder.done
     table = builder.build().to_pydict()
@@ -77,16 +92,26 @@ def test_records_outside_the_range_are_dropped_and_next_offset_moves() -> None:
 
 def _control(base_offset: int, producer_id: int, abort: bool) -> bytearray:
     key = struct.pack(">hh", 0, 0 if abort else 1)
-    return build_batch([(key, b"\x00\x00\x00\x00\x00\x00", [])], base_offset=base_offset,
-                       producer_id=producer_id, producer_epoch=0, transactional=True,
-                       control=True)
+    return build_batch(
+        [(key, b"\x00\x00\x00\x00\x00\x00", [])],
+        base_offset=base_offset,
+        producer_id=producer_id,
+        producer_epoch=0,
+        transactional=True,
+        control=True,
+    )
 
 
 def test_control_batches_skipped_and_aborted_transactions_ready() -> None:
     def txn(base: int, pid: int) -> bytearray:
-        return build_batch([(None, b"p%d-%d" % (pid, base), [])], base_offset=base,
-                           producer_id=pid, producer_epoch=0, base_sequence=0,
-                           transactional=True)
+        return build_batch(
+            [(None, b"p%d-%d" % (pid, base), [])],
+            base_offset=base,
+            producer_id=pid,
+            producer_epoch=0,
+            base_sequence=0,
+            transactional=True,
+        )
 
     blob = txn(0, 7) + txn(1, 8) + _control(2, 7, abort=True) + _control(3, 8, abort=False)
     blob += txn(4, 7) + _control(5, 7, abort=False)
@@ -95,8 +120,7 @@ def test_control_batches_skipped_and_aborted_transactions_ready() -> None:
     uncommitted.add(blob)
     assert uncommitted.build().column("offset").to_pylist() == [0, 1, 4]
     # read_committed, once the broker lists aborted transactions: pid 7's first is gone.
-    committed = RowBuilder("t", 0, 0, 6,
-                           transactions=TransactionFilter([AbortedTransaction(7, 0)]))
+    committed = RowBuilder("t", 0, 0, 6, transactions=TransactionFilter([AbortedTransaction(7, 0)]))
     committed.add(blob)
     assert committed.build().column("offset").to_pylist() == [1, 4]
 

@@ -48,8 +48,7 @@ def test_batch_read_equals_produced(
         for offset, (key, value, headers) in enumerate(records)
     ]
     got = [
-        (r.partition, r.offset, r.key, r.value, [(h.key, h.value) for h in r.headers])
-        for r in rows
+        (r.partition, r.offset, r.key, r.value, [(h.key, h.value) for h in r.headers]) for r in rows
     ]
     assert got == expected
     assert {r.topic for r in rows} == {topic_name}
@@ -57,14 +56,16 @@ def test_batch_read_equals_produced(
     assert all(r.timestamp.year >= 2024 for r in rows)
 
 
-def test_schema_without_headers(spark: Any, reader_broker: BrokerProcess, kafka: Kafka,
-                                topic_name: str) -> None:
+def test_schema_without_headers(
+    spark: Any, reader_broker: BrokerProcess, kafka: Kafka, topic_name: str
+) -> None:
     kafka.create(topic_name)
     kafka.values(topic_name, 3)
     df = load(spark, reader_broker, topic_name)
     assert df.schema.simpleString() == (
         "struct<key:binary,value:binary,topic:string,partition:int,offset:bigint,"
-        "timestamp:timestamp,timestampType:int>")
+        "timestamp:timestamp,timestampType:int>"
+    )
     assert [bytes(r.value) for r in df.orderBy("offset").collect()] == [b"v0", b"v1", b"v2"]
 
 
@@ -76,22 +77,31 @@ def test_offsets_by_json_and_keywords(
     kafka.values(topic_name, 30, partition=1)
 
     def offsets(**options: Any) -> dict[int, list[int]]:
-        rows = load(spark, reader_broker, topic_name, **options).select(
-            "partition", "offset").collect()
+        rows = (
+            load(spark, reader_broker, topic_name, **options)
+            .select("partition", "offset")
+            .collect()
+        )
         result: dict[int, list[int]] = {}
         for r in rows:
             result.setdefault(r.partition, []).append(r.offset)
         return {p: sorted(o) for p, o in result.items()}
 
     assert offsets(startingOffsets="earliest", endingOffsets="latest") == {
-        0: list(range(50)), 1: list(range(30))}
+        0: list(range(50)),
+        1: list(range(30)),
+    }
     start = json.dumps({topic_name: {"0": 10, "1": -2}})
     end = json.dumps({topic_name: {"0": 20, "1": -1}})
     assert offsets(startingOffsets=start, endingOffsets=end) == {
-        0: list(range(10, 20)), 1: list(range(30))}
+        0: list(range(10, 20)),
+        1: list(range(30)),
+    }
     # A partition missing from endingOffsets reads to latest; end is exclusive.
-    assert offsets(startingOffsets=json.dumps({topic_name: {"0": 49, "1": 29}}),
-                   endingOffsets=json.dumps({topic_name: {"0": 50}})) == {0: [49], 1: [29]}
+    assert offsets(
+        startingOffsets=json.dumps({topic_name: {"0": 49, "1": 29}}),
+        endingOffsets=json.dumps({topic_name: {"0": 50}}),
+    ) == {0: [49], 1: [29]}
     # minPartitions splits the ranges without changing the rows.
     df = load(spark, reader_broker, topic_name, minPartitions="6")
     assert df.rdd.getNumPartitions() >= 6
@@ -105,9 +115,11 @@ def test_subscribe_pattern_and_assign(
     kafka.create(topic_name + "-b", 2)
     kafka.values(topic_name + "-a", 5)
     kafka.values(topic_name + "-b", 7, partition=1)
+
     def reader() -> Any:
-        return spark.read.format("krill").option("kafka.bootstrap.servers",
-                                                 reader_broker.reader_address)
+        return spark.read.format("krill").option(
+            "kafka.bootstrap.servers", reader_broker.reader_address
+        )
 
     by_pattern = reader().option("subscribePattern", topic_name + "-.*").load()
     assert by_pattern.count() == 12
@@ -125,8 +137,9 @@ def test_fail_on_data_loss_when_the_log_went_back(
     start = json.dumps({topic_name: {"0": 25}})
     with pytest.raises(Exception, match="some data may have been lost"):
         load(spark, reader_broker, topic_name, startingOffsets=start).collect()
-    rows = load(spark, reader_broker, topic_name, startingOffsets=start,
-                failOnDataLoss="false").collect()
+    rows = load(
+        spark, reader_broker, topic_name, startingOffsets=start, failOnDataLoss="false"
+    ).collect()
     assert sorted(r.offset for r in rows) == list(range(10))
 
 
@@ -137,6 +150,11 @@ def test_noop_sink_and_empty_topic(
     assert load(spark, reader_broker, topic_name).count() == 0
     kafka.values(topic_name, 1000)
     load(spark, reader_broker, topic_name).write.format("noop").mode("overwrite").save()
-    grouped = load(spark, reader_broker, topic_name).selectExpr(
-        "CAST(value AS STRING) AS v").groupBy("v").count().collect()
+    grouped = (
+        load(spark, reader_broker, topic_name)
+        .selectExpr("CAST(value AS STRING) AS v")
+        .groupBy("v")
+        .count()
+        .collect()
+    )
     assert len(grouped) == 1000 and {r["count"] for r in grouped} == {1}

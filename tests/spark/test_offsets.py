@@ -12,28 +12,39 @@ from wire.spark.offsets import DataLossError, OffsetRange
 
 def test_options_arrive_lowercased_and_both_bootstrap_keys_work() -> None:
     options = plan.parse_options(
-        {"kafka.bootstrap.servers": "h:1", "subscribe": "a, b", "maxoffsetspertrigger": "10",
-         "failondataloss": "false", "includeheaders": "true", "minpartitions": "4"},
-        streaming=True)
+        {
+            "kafka.bootstrap.servers": "h:1",
+            "subscribe": "a, b",
+            "maxoffsetspertrigger": "10",
+            "failondataloss": "false",
+            "includeheaders": "true",
+            "minpartitions": "4",
+        },
+        streaming=True,
+    )
     assert options.bootstrap == "h:1" and options.subscribe == ("a", "b")
     assert options.max_offsets_per_trigger == 10 and not options.fail_on_data_loss
     assert options.include_headers and options.min_partitions == 4
     assert options.starting == "latest"  # a stream starts at latest unless told
-    mixed = plan.parse_options({"krill.bootstrap": "h:2", "SubscribePattern": "t.*"},
-                               streaming=False)
+    mixed = plan.parse_options(
+        {"krill.bootstrap": "h:2", "SubscribePattern": "t.*"}, streaming=False
+    )
     assert mixed.subscribe_pattern == "t.*" and mixed.starting == "earliest"
 
 
-@pytest.mark.parametrize("options", [
-    {"subscribe": "a"},  # no bootstrap
-    {"krill.bootstrap": "h:1"},  # no topic
-    {"krill.bootstrap": "h:1", "subscribe": "a", "assign": '{"a": [0]}'},
-    {"krill.bootstrap": "h:1", "subscribe": "a", "startingoffsets": "latest"},  # batch
-    {"krill.bootstrap": "h:1", "subscribe": "a", "endingoffsets": "earliest"},
-    {"krill.bootstrap": "h:1", "subscribe": "a", "startingoffsets": "{bad json"},
-    {"krill.bootstrap": "h:1", "subscribe": "a", "maxoffsetspertrigger": "0"},
-    {"krill.bootstrap": "h:1", "subscribe": "a", "failondataloss": "maybe"},
-])
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"subscribe": "a"},  # no bootstrap
+        {"krill.bootstrap": "h:1"},  # no topic
+        {"krill.bootstrap": "h:1", "subscribe": "a", "assign": '{"a": [0]}'},
+        {"krill.bootstrap": "h:1", "subscribe": "a", "startingoffsets": "latest"},  # batch
+        {"krill.bootstrap": "h:1", "subscribe": "a", "endingoffsets": "earliest"},
+        {"krill.bootstrap": "h:1", "subscribe": "a", "startingoffsets": "{bad json"},
+        {"krill.bootstrap": "h:1", "subscribe": "a", "maxoffsetspertrigger": "0"},
+        {"krill.bootstrap": "h:1", "subscribe": "a", "failondataloss": "maybe"},
+    ],
+)
 def test_bad_options_are_clear_errors(options: dict[str, str]) -> None:
     with pytest.raises(ValueError):
         plan.parse_options(options, streaming=False)
@@ -55,7 +66,10 @@ def test_resolve_keywords_and_minus_two_minus_one() -> None:
     assert plan.resolve_offsets("latest", parts, earliest, latest) == latest
     spec = plan.parse_offset_spec('{"t": {"0": -2, "1": -1}}', "startingOffsets")
     assert plan.resolve_offsets(spec, parts, earliest, latest) == {
-        ("t", 0): 3, ("t", 1): 20, ("t", 2): 10}  # absent: the default, earliest
+        ("t", 0): 3,
+        ("t", 1): 20,
+        ("t", 2): 10,
+    }  # absent: the default, earliest
     assert plan.resolve_offsets(spec, parts, earliest, latest, default=plan.LATEST)[("t", 2)] == 10
 
 
@@ -63,13 +77,14 @@ def test_select_partitions() -> None:
     topics = {"orders": 2, "orders-eu": 1, "users": 1}
     base = plan.SourceOptions(bootstrap="h:1")
     assert plan.select_partitions(
-        plan.SourceOptions("h:1", subscribe=("orders", "missing")), topics) == [
-        ("orders", 0), ("orders", 1)]
+        plan.SourceOptions("h:1", subscribe=("orders", "missing")), topics
+    ) == [("orders", 0), ("orders", 1)]
     assert plan.select_partitions(
-        plan.SourceOptions("h:1", subscribe_pattern="orders.*"), topics) == [
-        ("orders", 0), ("orders", 1), ("orders-eu", 0)]
-    assert plan.select_partitions(
-        plan.SourceOptions("h:1", assign=(("users", 0),)), topics) == [("users", 0)]
+        plan.SourceOptions("h:1", subscribe_pattern="orders.*"), topics
+    ) == [("orders", 0), ("orders", 1), ("orders-eu", 0)]
+    assert plan.select_partitions(plan.SourceOptions("h:1", assign=(("users", 0),)), topics) == [
+        ("users", 0)
+    ]
     assert plan.select_partitions(base, topics) == []
 
 
@@ -87,8 +102,7 @@ def test_rate_limit_shares_by_lag() -> None:
 def test_plan_ranges_one_per_partition_and_min_partitions_split() -> None:
     start = {("t", 0): 0, ("t", 1): 10, ("t", 2): 5}
     end = {("t", 0): 100, ("t", 1): 10, ("t", 2): 30}
-    assert plan.plan_ranges(start, end) == [OffsetRange("t", 0, 0, 100),
-                                            OffsetRange("t", 2, 5, 30)]
+    assert plan.plan_ranges(start, end) == [OffsetRange("t", 0, 0, 100), OffsetRange("t", 2, 5, 30)]
     split = plan.plan_ranges(start, end, min_partitions=5)
     assert len(split) >= 5
     for tp in (("t", 0), ("t", 2)):

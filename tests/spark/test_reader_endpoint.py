@@ -73,16 +73,30 @@ def test_large_fetch_is_capped_and_whole_batches(
         assert offset == 3000 and total > 3_000_000
 
 
-@pytest.mark.parametrize("frames", [
-    [b"not msgpack \xc1"],
-    [msgpack.packb([1, 2, 3])],
-    [msgpack.packb({"v": 99, "id": 1, "op": "metadata"})],
-    [msgpack.packb({"v": 1, "id": 1, "op": "launch"})],
-    [msgpack.packb({"v": 1, "id": 1, "op": "fetch", "topic": "t", "partition": -1,
-                    "offset": 0, "max_bytes": 1})],
-    [msgpack.packb({"v": 1, "id": 1, "op": "offsets", "queries": [["t", 0]]})],
-    [msgpack.packb({"v": 1, "id": 1, "op": "metadata"}), b"extra frame"],
-])
+@pytest.mark.parametrize(
+    "frames",
+    [
+        [b"not msgpack \xc1"],
+        [msgpack.packb([1, 2, 3])],
+        [msgpack.packb({"v": 99, "id": 1, "op": "metadata"})],
+        [msgpack.packb({"v": 1, "id": 1, "op": "launch"})],
+        [
+            msgpack.packb(
+                {
+                    "v": 1,
+                    "id": 1,
+                    "op": "fetch",
+                    "topic": "t",
+                    "partition": -1,
+                    "offset": 0,
+                    "max_bytes": 1,
+                }
+            )
+        ],
+        [msgpack.packb({"v": 1, "id": 1, "op": "offsets", "queries": [["t", 0]]})],
+        [msgpack.packb({"v": 1, "id": 1, "op": "metadata"}), b"extra frame"],
+    ],
+)
 def test_malformed_requests_get_an_error_reply_and_the_node_lives_on(
     reader_broker: BrokerProcess, frames: list[bytes]
 ) -> None:

@@ -30,9 +30,12 @@ def run(
     **options: Any,
 ) -> None:
     """One AvailableNow query to its end; `fail_on` batch ids raise once, after recording."""
-    reader = (spark.readStream.format("krill")
-              .option("krill.bootstrap", broker.reader_address)
-              .option("subscribe", topic).option("startingOffsets", "earliest"))
+    reader = (
+        spark.readStream.format("krill")
+        .option("krill.bootstrap", broker.reader_address)
+        .option("subscribe", topic)
+        .option("startingOffsets", "earliest")
+    )
     for key, value in options.items():
         reader = reader.option(key, value)
 
@@ -43,8 +46,13 @@ def run(
             fail_on.discard(batch_id)
             raise RuntimeError(f"batch {batch_id} fails once")
 
-    query = (reader.load().writeStream.foreachBatch(handle)
-             .option("checkpointLocation", checkpoint).trigger(availableNow=True).start())
+    query = (
+        reader.load()
+        .writeStream.foreachBatch(handle)
+        .option("checkpointLocation", checkpoint)
+        .trigger(availableNow=True)
+        .start()
+    )
     try:
         query.awaitTermination(120)
     except Exception as exc:  # StreamingQueryException: the query failed
@@ -89,8 +97,15 @@ def test_failed_micro_batch_replays_identical_rows(
     kafka.values(topic_name, 20, partition=1)
     failed: Batches = []
     with pytest.raises(RuntimeError, match="fails once"):
-        run(spark, reader_broker, topic_name, checkpoint, failed, fail_on={1},
-            maxOffsetsPerTrigger=15)
+        run(
+            spark,
+            reader_broker,
+            topic_name,
+            checkpoint,
+            failed,
+            fail_on={1},
+            maxOffsetsPerTrigger=15,
+        )
     assert [batch_id for batch_id, _ in failed] == [0, 1]
 
     replayed: Batches = []
@@ -128,4 +143,5 @@ def test_fail_on_data_loss_after_topic_recreated(
     after: Batches = []
     run(spark, reader_broker, topic_name, checkpoint, after, failOnDataLoss="false")
     assert [value for _, rows in after for _, _, value in rows] == [
-        f"new{i}".encode() for i in range(5)]
+        f"new{i}".encode() for i in range(5)
+    ]
