@@ -193,7 +193,7 @@ class Connection(LoopActor):
         except (BlockingIOError, InterruptedError):
             return
         except OSError as e:
-            self.close(f"receive failed: {e}")
+            self.close(_disconnect_reason("receive", e))
             return
         if nbytes == 0:
             self.close("closed by the client")
@@ -306,7 +306,7 @@ class Connection(LoopActor):
                     if sent is None:
                         break
         except OSError as e:
-            self.close(f"send failed: {e}")
+            self.close(_disconnect_reason("send", e))
             return
         if out and not self._writing:
             self._writing = True
@@ -360,6 +360,13 @@ class Connection(LoopActor):
             sent -= size
             out.popleft()
         self._out_head_sent = sent
+
+
+def _disconnect_reason(operation: str, error: OSError) -> str:
+    """A client that hangs up mid-response is a normal close, not a failure."""
+    if isinstance(error, BrokenPipeError | ConnectionResetError):
+        return "closed by the client"
+    return f"{operation} failed: {error}"
 
 
 def _peer_name(sock: socket.socket) -> str:
