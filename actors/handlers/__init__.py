@@ -8,35 +8,14 @@ ApiVersions answer is derived from this table, never written by hand.
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from actors.handlers import (
-    k00_produce,
-    k01_fetch,
-    k02_list_offsets,
-    k03_metadata,
-    k08_offset_commit,
-    k09_offset_fetch,
-    k10_find_coordinator,
-    k11_join_group,
-    k12_heartbeat,
-    k13_leave_group,
-    k14_sync_group,
-    k15_describe_groups,
-    k16_list_groups,
-    k18_api_versions,
-    k19_create_topics,
-    k20_delete_topics,
-    k22_init_producer_id,
-    k23_offset_for_leader_epoch,
-    k32_describe_configs,
-    k37_create_partitions,
-    k42_delete_groups,
-    k47_offset_delete,
-)
 from wire.messages import API_KEYS
 
 __all__ = ["HANDLERS", "Handler", "unsupported_api_versions_response"]
@@ -72,37 +51,17 @@ def _register(module: ModuleType) -> Handler:
     )
 
 
-HANDLERS: dict[int, Handler] = {
-    h.API_KEY: h
-    for h in map(
-        _register,
-        [
-            k00_produce,
-            k01_fetch,
-            k02_list_offsets,
-            k03_metadata,
-            k08_offset_commit,
-            k09_offset_fetch,
-            k10_find_coordinator,
-            k11_join_group,
-            k12_heartbeat,
-            k13_leave_group,
-            k14_sync_group,
-            k15_describe_groups,
-            k16_list_groups,
-            k18_api_versions,
-            k19_create_topics,
-            k20_delete_topics,
-            k22_init_producer_id,
-            k23_offset_for_leader_epoch,
-            k32_describe_configs,
-            k37_create_partitions,
-            k42_delete_groups,
-            k47_offset_delete,
-        ],
-    )
-}
+def _handler_modules() -> list[ModuleType]:
+    """Every `kNN_<api>.py` module of this package: adding a handler is adding its file."""
+    names = sorted(m.name for m in pkgutil.iter_modules(__path__) if _HANDLER_MODULE.match(m.name))
+    return [importlib.import_module(f"{__name__}.{name}") for name in names]
 
+
+_HANDLER_MODULE = re.compile(r"^k\d\d_\w+$")
+
+HANDLERS: dict[int, Handler] = {h.API_KEY: h for h in map(_register, _handler_modules())}
+
+k18_api_versions = importlib.import_module(f"{__name__}.k18_api_versions")
 k18_api_versions.bind_table(
     {key: (h.MIN_VERSION, h.MAX_VERSION) for key, h in sorted(HANDLERS.items())}
 )
