@@ -43,7 +43,7 @@ from actors.services import TopicTable
 from shards import limits, pipe_codec
 from shards.remote import Reply, result_to_wire, table_from_wire, table_to_wire
 from storage import FileSlice
-from wire.errors import ErrorCode
+from wire.errors import DecodeError, ErrorCode
 from wire.record_batch import iter_batches
 
 __all__ = ["Router"]
@@ -217,7 +217,7 @@ class Router:
 
         try:
             headers = iter_batches(records, check_crc=False)  # checked by the source shard
-        except Exception:  # our bug: the source validated these bytes
+        except DecodeError:  # our bug: the source shard validated these bytes
             log.exception("batches from shard %d do not parse", source)
             if wants_reply:
                 produced(ProduceResult(ErrorCode.CORRUPT_MESSAGE))
