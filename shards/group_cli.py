@@ -14,14 +14,14 @@ import json
 import sys
 from typing import Any
 
-from shards.topic_cli import (
+from shards.cli_client import (
+    Client,
     CommandError,
-    _Client,
-    _metadata,
-    _print_table,
-    _wait,
     brokers_argument,
+    cluster_metadata,
+    print_table,
     request_timeout_s,
+    wait,
 )
 
 __all__ = ["add_group_commands"]
@@ -67,10 +67,18 @@ def add_group_commands(subparsers: Any) -> None:
 
     p = commands.add_parser("seek", help="set an empty group's committed offsets")
     p.add_argument("name", metavar="GROUP")
-    p.add_argument("--to", type=_seek_target, required=True, metavar="WHERE",
-                   help="start, end, an offset, or a time (ISO 8601 or @epoch-ms)")
-    p.add_argument("--topic", metavar="TOPIC",
-                   help="only this topic (default: every topic the group has offsets for)")
+    p.add_argument(
+        "--to",
+        type=_seek_target,
+        required=True,
+        metavar="WHERE",
+        help="start, end, an offset, or a time (ISO 8601 or @epoch-ms)",
+    )
+    p.add_argument(
+        "--topic",
+        metavar="TOPIC",
+        help="only this topic (default: every topic the group has offsets for)",
+    )
     brokers_argument(p)
     p.set_defaults(func=seek)
 
@@ -78,18 +86,18 @@ def add_group_commands(subparsers: Any) -> None:
 # Reading a group -----------------------------------------------------------------------------
 
 
-def _describe_group(client: _Client, admin: Any, name: str) -> Any:
+def _describe_group(client: Client, admin: Any, name: str) -> Any:
     futures = admin.describe_consumer_groups([name], request_timeout=request_timeout_s)
-    return _wait(client, futures[name], None)
+    return wait(client, futures[name], None)
 
 
-def _committed(client: _Client, admin: Any, name: str) -> list[Any]:
+def _committed(client: Client, admin: Any, name: str) -> list[Any]:
     from confluent_kafka import ConsumerGroupTopicPartitions
 
     futures = admin.list_consumer_group_offsets(
         [ConsumerGroupTopicPartitions(name)], request_timeout=request_timeout_s
     )
-    result = _wait(client, futures[name], None)
+    result = wait(client, futures[name], None)
     return [tp for tp in result.topic_partitions if tp.offset >= 0]
 
 
@@ -99,18 +107,18 @@ def _state_name(group: Any) -> str:
 
 
 def list_groups(args: argparse.Namespace) -> int:
-    client = _Client(args.brokers)
+    client = Client(args.brokers)
     admin = client.admin()
-    result = _wait(client, admin.list_consumer_groups(request_timeout=request_timeout_s), None)
+    result = wait(client, admin.list_consumer_groups(request_timeout=request_timeout_s), None)
     rows = [("GROUP", "STATE")]
     rows += sorted((g.group_id, _state_name(g)) for g in result.valid)
     if len(rows) > 1:
-        _print_table(rows, sys.stdout)
+        print_table(rows, sys.stdout)
     return 0
 
 
 def describe(args: argparse.Namespace) -> int:
-    client = _Client(args.brokers)
+    client = Client(args.brokers)
     admin = client.admin()
     group = _describe_group(client, admin, args.name)
     state = _state_name(group)
@@ -122,37 +130,67 @@ def describe(args: argparse.Namespace) -> int:
         tps = sorted((tp.topic, tp.partition) for tp in m.assignment.topic_partitions)
         for tp in tps:
             owners[tp] = m.member_id
-        members.append({"member_id": m.member_id, "client_id": m.client_id, "host": m.host,
-                        "group_instance_id": m.group_instance_id,
-                        "partitions": [f"{t}-{p}" for t, p in tps]})
-    committed = {(tp.topic, tp.partition): tp.offset
-                 for tp in _committed(client, admin, args.name)}
+        members.append(
+            {
+                "member_id": m.member_id,
+                "client_id": m.client_id,
+                "host": m.host,
+                "group_instance_id": m.group_instance_id,
+                "partitions": [f"{t}-{p}" for t, p in tps],
+            }
+        )
+    committed = {(tp.topic, tp.partition): tp.offset for tp in _committed(client, admin, args.name)}
     ends = _end_offsets(client, sorted(set(committed) | set(owners)))
     offsets = []
     for tp in sorted(set(committed) | set(owners)):
         offset, end = committed.get(tp, -1), ends.get(tp, -1)
         lag = end - offset if offset >= 0 and end >= 0 else None
-        offsets.append({"topic": tp[0], "partition": tp[1], "committed": offset,
-                        "end": end, "lag": lag, "member_id": owners.get(tp)})
-    summary = {"group": args.name, "state": state, "protocol": group.partition_assignor,
-               "coordinator": f"{group.coordinator.host}:{group.coordinator.port}",
-               "members": members, "offsets": offsets}
+        offsets.append(
+            {
+                "topic": tp[0],
+                "partition": tp[1],
+                "committed": offset,
+                "end": end,
+                "lag": lag,
+                "member_id": owners.get(tp),
+            }
+        )
+    summary = {
+        "group": args.name,
+        "state": state,
+        "protocol": group.partition_assignor,
+        "coordinator": f"{group.coordinator.host}:{group.coordinator.port}",
+        "members": members,
+        "offsets": offsets,
+    }
     if args.format == "json":
         print(json.dumps(summary, indent=2))
         return 0
-    print(f"group {args.name}  state {state}  protocol {group.partition_assignor or '-'}  "
-          f"coordinator {summary['coordinator']}")
+    print(
+        f"group {args.name}  state {state}  protocol {group.partition_assignor or '-'}  "
+        f"coordinator {summary['coordinator']}"
+    )
     if members:
         rows: list[tuple[object, ...]] = [("MEMBER", "CLIENT", "HOST", "PARTITIONS")]
-        rows += [(m["member_id"], m["client_id"], m["host"], ",".join(m["partitions"]) or "-")
-                 for m in members]
-        _print_table(rows, sys.stdout)
+        rows += [
+            (m["member_id"], m["client_id"], m["host"], ",".join(m["partitions"]) or "-")
+            for m in members
+        ]
+        print_table(rows, sys.stdout)
     if offsets:
         rows = [("TOPIC", "PARTITION", "COMMITTED", "END", "LAG", "MEMBER")]
-        rows += [(o["topic"], o["partition"], _dash(o["committed"]), _dash(o["end"]),
-                  "-" if o["lag"] is None else o["lag"], o["member_id"] or "-")
-                 for o in offsets]
-        _print_table(rows, sys.stdout)
+        rows += [
+            (
+                o["topic"],
+                o["partition"],
+                _dash(o["committed"]),
+                _dash(o["end"]),
+                "-" if o["lag"] is None else o["lag"],
+                o["member_id"] or "-",
+            )
+            for o in offsets
+        ]
+        print_table(rows, sys.stdout)
     return 0
 
 
@@ -160,7 +198,7 @@ def _dash(value: int) -> object:
     return "-" if value < 0 else value
 
 
-def _end_offsets(client: _Client, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+def _end_offsets(client: Client, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
     if not partitions:
         return {}
     consumer = _consumer(client)
@@ -173,13 +211,13 @@ def _end_offsets(client: _Client, partitions: list[tuple[str, int]]) -> dict[tup
         consumer.close()
 
 
-def _consumer(client: _Client) -> Any:
+def _consumer(client: Client) -> Any:
     from confluent_kafka import Consumer
 
     return Consumer(client.config(**{"group.id": "krill-cli", "enable.auto.commit": False}))
 
 
-def _watermarks(client: _Client, consumer: Any, topic: str, partition: int) -> tuple[int, int]:
+def _watermarks(client: Client, consumer: Any, topic: str, partition: int) -> tuple[int, int]:
     from confluent_kafka import TopicPartition
 
     try:
@@ -197,7 +235,7 @@ def _watermarks(client: _Client, consumer: Any, topic: str, partition: int) -> t
 def delete(args: argparse.Namespace) -> int:
     from confluent_kafka import KafkaError, KafkaException
 
-    client = _Client(args.brokers)
+    client = Client(args.brokers)
     admin = client.admin()
     futures = admin.delete_consumer_groups([args.name], request_timeout=request_timeout_s)
     try:
@@ -218,7 +256,7 @@ def delete(args: argparse.Namespace) -> int:
 def seek(args: argparse.Namespace) -> int:
     from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 
-    client = _Client(args.brokers)
+    client = Client(args.brokers)
     admin = client.admin()
     state = _state_name(_describe_group(client, admin, args.name))
     if state not in _SEEKABLE_STATES:
@@ -232,33 +270,35 @@ def seek(args: argparse.Namespace) -> int:
     finally:
         consumer.close()
     request = ConsumerGroupTopicPartitions(
-        args.name, [TopicPartition(t, p, offset) for (t, p), offset in zip(partitions, targets,
-                                                                          strict=True)]
+        args.name,
+        [TopicPartition(t, p, offset) for (t, p), offset in zip(partitions, targets, strict=True)],
     )
     futures = admin.alter_consumer_group_offsets([request], request_timeout=request_timeout_s)
-    result = _wait(client, futures[args.name], None)
+    result = wait(client, futures[args.name], None)
     for tp in result.topic_partitions:
         if tp.error is not None:
             raise client.failure(tp.error, tp.topic)
-    _print_table([("TOPIC", "PARTITION", "OFFSET")]
-                 + [(t, p, o) for (t, p), o in zip(partitions, targets, strict=True)],
-                 sys.stdout)
+    print_table(
+        [("TOPIC", "PARTITION", "OFFSET")]
+        + [(t, p, o) for (t, p), o in zip(partitions, targets, strict=True)],
+        sys.stdout,
+    )
     return 0
 
 
-def _seek_partitions(client: _Client, admin: Any, args: argparse.Namespace) -> list[Any]:
+def _seek_partitions(client: Client, admin: Any, args: argparse.Namespace) -> list[Any]:
     if args.topic is None:
         found = sorted({(tp.topic, tp.partition) for tp in _committed(client, admin, args.name)})
         if not found:
             raise CommandError(f"group {args.name!r} has no committed offsets: give --topic")
         return found
-    topic = _metadata(client, admin, args.topic).topics.get(args.topic)
+    topic = cluster_metadata(client, admin, args.topic).topics.get(args.topic)
     if topic is None or topic.error is not None:
         raise CommandError(f"topic {args.topic!r} does not exist")
     return [(args.topic, p) for p in sorted(topic.partitions)]
 
 
-def _target(client: _Client, consumer: Any, topic: str, partition: int, to: Any) -> int:
+def _target(client: Client, consumer: Any, topic: str, partition: int, to: Any) -> int:
     from confluent_kafka import TopicPartition
 
     low, high = _watermarks(client, consumer, topic, partition)

@@ -148,7 +148,7 @@ class FakeMessage:
 
 
 def test_consume_format_templates():
-    from shards.topic_cli import _record_format
+    from shards.topic_io_cli import record_format as _record_format
 
     message = FakeMessage(b"k1", b"\xffbinary", [("h", b"v"), ("n", None)])
     assert _record_format("%v\\n")(message) == b"\xffbinary\n"
@@ -160,7 +160,7 @@ def test_consume_format_templates():
 def test_consume_format_json_replaces_bad_utf8():
     import json
 
-    from shards.topic_cli import _record_format
+    from shards.topic_io_cli import record_format as _record_format
 
     line = _record_format("json")(FakeMessage(None, b"ok\xff", [("h", b"v")]))
     assert line.endswith(b"\n")
