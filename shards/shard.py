@@ -1,13 +1,16 @@
 """One shard: the process that runs one core's actors on one event loop.
 
-Started by the supervisor as `python -m shards.shard --shard N --config-json ...`. It pins
-itself to its core, binds the actor runtime to its loop, starts the Controller (which loads the
-topic table and publishes it) and a Partition actor per partition, and listens on the Kafka
-port with SO_REUSEPORT, so the kernel spreads connections over the shards. Each accepted
-socket becomes a Connection actor.
+Started by the supervisor as `python -m shards.shard --shard N --shards M ...`. It pins
+itself to its core, binds the actor runtime to its loop, joins the pipe mesh of the node's
+shards, and starts its actors: a Partition per partition it owns (shards/shard_table.py), a
+GroupCoordinator, and on shard 0 the Controller (which owns the topic table and sends every
+change to all shards) and the Spark reader endpoint. It listens on the Kafka port with
+SO_REUSEPORT, so the kernel spreads connections over the shards; each accepted socket becomes
+a Connection actor.
 
-This class also implements `actors.services.Services`: it is how actors reach each other and
-the I/O pool without knowing which shard they are on.
+This class also implements `actors.services.Services`: it is how actors reach each other, on
+this shard or, through the Router's stand-ins, on another (shards/remote.py), and the I/O
+pool, without knowing which shard they are on.
 
 SIGTERM/SIGINT: stop accepting, stop every actor (connections close; partitions flush and
 close their logs), then exit 0.
