@@ -172,7 +172,42 @@ def append_result(batches: list[BatchInfo]) -> AppendResult:
                         best.base_offset)
 
 
-class DiskLog:
+class FlushAccounting:
+    """How a flush ticket moves `flushed_offset`, shared by DiskLog and MemoryLog.
+
+    A ticket promises everything below its offset; a truncate while it was out caps that
+    promise at the truncation point (the bytes above were cut before they were synced).
+    """
+
+    _ticket: FlushTicket | None
+    _truncated_to: int | None
+    flushed_offset: int
+    written_offset: int
+
+    def flush_prepare(self) -> FlushTicket | None:
+        raise NotImplementedError
+
+    def _check_offsets(self) -> None:
+        raise NotImplementedError
+
+    def flush_complete(self, ticket: FlushTicket) -> None:
+        assert ticket is self._ticket, (ticket, self._ticket)
+        self._ticket = None
+        durable = ticket.offset
+        if self._truncated_to is not None:
+            durable = min(durable, self._truncated_to)
+        self.flushed_offset = max(self.flushed_offset, min(durable, self.written_offset))
+        self._check_offsets()
+
+    def flush(self) -> None:
+        """prepare + run + complete inline (tests, shutdown)."""
+        ticket = self.flush_prepare()
+        if ticket is not None:
+            ticket.run()
+            self.flush_complete(ticket)
+
+
+class DiskLog(FlushAccounting):
     """The buffered-mode log: page cache, os.pwrite, os.fdatasync in flush tickets."""
 
     def __init__(self, directory: Path, config: LogConfig, segments: list[Segment]) -> None:
@@ -269,21 +304,6 @@ class DiskLog:
         self._ticket = FlushTicket(self.written_offset, fds)
         self._truncated_to = None
         return self._ticket
-
-    def flush_complete(self, ticket: FlushTicket) -> None:
-        assert ticket is self._ticket, (ticket, self._ticket)
-        self._ticket = None
-        durable = ticket.offset
-        if self._truncated_to is not None:
-            durable = min(durable, self._truncated_to)
-        self.flushed_offset = max(self.flushed_offset, min(durable, self.written_offset))
-        self._check_offsets()
-
-    def flush(self) -> None:
-        ticket = self.flush_prepare()
-        if ticket is not None:
-            ticket.run()
-            self.flush_complete(ticket)
 
     # Reading -------------------------------------------------------------------------------
 

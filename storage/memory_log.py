@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from storage.log import (
     AppendResult,
+    FlushAccounting,
     FlushTicket,
     LogConfig,
     OffsetOutOfRange,
@@ -58,7 +59,7 @@ class _MemorySegment:
             self.first_append_ms = None
 
 
-class MemoryLog:
+class MemoryLog(FlushAccounting):
     def __init__(self, config: LogConfig = LogConfig(), log_start_offset: int = 0) -> None:  # noqa: B008
         self.config = config
         self._segments = [_MemorySegment(log_start_offset)]
@@ -101,21 +102,6 @@ class MemoryLog:
         self._ticket = FlushTicket(self.written_offset, [])
         self._truncated_to = None
         return self._ticket
-
-    def flush_complete(self, ticket: FlushTicket) -> None:
-        assert ticket is self._ticket
-        self._ticket = None
-        durable = ticket.offset
-        if self._truncated_to is not None:
-            durable = min(durable, self._truncated_to)
-        self.flushed_offset = max(self.flushed_offset, min(durable, self.written_offset))
-        self._check_offsets()
-
-    def flush(self) -> None:
-        ticket = self.flush_prepare()
-        if ticket is not None:
-            ticket.run()
-            self.flush_complete(ticket)
 
     def _segment_index(self, offset: int) -> int:
         i = max(bisect_right([s.base_offset for s in self._segments], offset) - 1, 0)
