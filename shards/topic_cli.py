@@ -214,9 +214,14 @@ def create(args: argparse.Namespace) -> int:
     futures = admin.create_topics(
         topics, request_timeout=request_timeout_s, operation_timeout=request_timeout_s
     )
+    return _report_each(client, futures, args.names)
+
+
+def _report_each(client: Client, futures: dict[str, Any], names: list[str]) -> int:
+    """A TOPIC/STATUS table of the names whose future succeeded; the failures reported."""
     rows: list[list[str]] = [["TOPIC", "STATUS"]]
     errors = []
-    for name in args.names:
+    for name in names:
         try:
             wait(client, futures[name], name)
             rows.append([name, "OK"])
@@ -242,17 +247,7 @@ def delete(args: argparse.Namespace) -> int:
     futures = admin.delete_topics(
         args.names, request_timeout=request_timeout_s, operation_timeout=request_timeout_s
     )
-    rows: list[list[str]] = [["TOPIC", "STATUS"]]
-    errors = []
-    for name in args.names:
-        try:
-            wait(client, futures[name], name)
-            rows.append([name, "OK"])
-        except CommandError as e:
-            errors.append(str(e))
-    if len(rows) > 1:
-        print_table(rows, sys.stdout)
-    return _report(errors)
+    return _report_each(client, futures, args.names)
 
 
 def add_partitions(args: argparse.Namespace) -> int:

@@ -45,7 +45,6 @@ from actors.group.log_records import (
     encode_offset_value,
 )
 from actors.group.messages import (
-    CommitEntry,
     CommitOffsets,
     DeleteGroups,
     DeleteOffsets,
@@ -81,20 +80,7 @@ from wire.errors import DecodeError, ErrorCode
 from wire.record_batch import batch_length_at, iter_batches
 from wire.records import build_batch, decode_batch
 
-__all__ = [
-    "GroupCoordinator",
-    "EnsureReady",
-    "CommitOffsets",
-    "CommitEntry",
-    "FetchOffsets",
-    "FetchedOffset",
-    "DescribeGroups",
-    "GroupDescription",
-    "ListGroups",
-    "GroupListing",
-    "DeleteGroups",
-    "DeleteOffsets",
-]
+__all__ = ["GroupCoordinator"]  # its messages are in actors.group.messages
 
 log = logging.getLogger(__name__)
 
@@ -221,7 +207,10 @@ class GroupCoordinator(LoopActor):
         if OFFSETS_TOPIC not in table.topics:
             self._phase = _Phase.CREATING
             spec = TopicSpec(
-                OFFSETS_TOPIC, self.services.settings.offsets_topic_partitions, -1, [],
+                OFFSETS_TOPIC,
+                self.services.settings.offsets_topic_partitions,
+                -1,
+                [],
                 {"cleanup.policy": "compact"},
             )
             me = self.actor_ref
@@ -231,8 +220,11 @@ class GroupCoordinator(LoopActor):
             return
         self._phase = _Phase.LOADING
         info = table.topics[OFFSETS_TOPIC]
-        refs = [(p, self.services.partition(OFFSETS_TOPIC, p))
-                for p in range(info.partitions) if self._owns(p)]
+        refs = [
+            (p, self.services.partition(OFFSETS_TOPIC, p))
+            for p in range(info.partitions)
+            if self._owns(p)
+        ]
         local = [(p, ref) for p, ref in refs if ref is not None]
         self._loads_left = len(local)
         self._load_started_ms = now_ms()
@@ -271,8 +263,9 @@ class GroupCoordinator(LoopActor):
                 self._read(m.partition, ref, result.log_start_offset)
                 return
         if result.error != ErrorCode.NONE:
-            log.error("loading %s-%d at %d: %s", OFFSETS_TOPIC, m.partition, m.offset,
-                      result.error.name)
+            log.error(
+                "loading %s-%d at %d: %s", OFFSETS_TOPIC, m.partition, m.offset, result.error.name
+            )
             self._partition_loaded()
             return
         next_offset = m.offset
@@ -336,9 +329,12 @@ class GroupCoordinator(LoopActor):
             if offsets:
                 self._group(group_id)
         self._phase = _Phase.READY
-        log.info("group coordinator ready in %d ms: %d groups, %d with offsets",
-                 now - self._load_started_ms if self._load_started_ms else 0,
-                 len(self._groups), sum(1 for o in self._offsets.values() if o))
+        log.info(
+            "group coordinator ready in %d ms: %d groups, %d with offsets",
+            now - self._load_started_ms if self._load_started_ms else 0,
+            len(self._groups),
+            sum(1 for o in self._offsets.values() if o),
+        )
         waiting, self._waiting = self._waiting, collections.deque()
         for message in waiting:
             self.on_receive(message)
@@ -389,8 +385,11 @@ class GroupCoordinator(LoopActor):
             elif isinstance(e, Heartbeat):
                 e.reply(HeartbeatResult(unknown))
             else:
-                e.reply(LeaveResult(ErrorCode.NONE, tuple((mid, iid, unknown)
-                                                          for mid, iid in e.members)))
+                e.reply(
+                    LeaveResult(
+                        ErrorCode.NONE, tuple((mid, iid, unknown) for mid, iid in e.members)
+                    )
+                )
             return
         if isinstance(e, Sync):
             self._run(existing, existing.sync(e, now))
@@ -458,8 +457,12 @@ class GroupCoordinator(LoopActor):
             errors.append(ErrorCode.NONE)
             value = OffsetValue(entry.offset, entry.leader_epoch, metadata, now)
             values.append(((entry.topic, entry.partition), value))
-            records.append((encode_offset_key(m.group_id, entry.topic, entry.partition),
-                            encode_offset_value(value)))
+            records.append(
+                (
+                    encode_offset_key(m.group_id, entry.topic, entry.partition),
+                    encode_offset_value(value),
+                )
+            )
         if not records:
             m.reply(errors)
             return
@@ -498,8 +501,11 @@ class GroupCoordinator(LoopActor):
             ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC if t in subscribed else ErrorCode.NONE
             for t, _ in m.partitions
         ]
-        doomed = [tp for tp, e in zip(m.partitions, errors, strict=True)
-                  if e == ErrorCode.NONE and tp in offsets]
+        doomed = [
+            tp
+            for tp, e in zip(m.partitions, errors, strict=True)
+            if e == ErrorCode.NONE and tp in offsets
+        ]
         if not doomed:
             m.reply(ErrorCode.NONE, errors)
             return
@@ -525,18 +531,25 @@ class GroupCoordinator(LoopActor):
                 described.append(GroupDescription(group_id, GroupState.DEAD.value, "", "", []))
                 continue
             stable = group.state == GroupState.STABLE
-            described.append(GroupDescription(
-                group_id, group.state.value, group.protocol_type or "",
-                (group.protocol_name or "") if stable else "", group.describe(),
-            ))
+            described.append(
+                GroupDescription(
+                    group_id,
+                    group.state.value,
+                    group.protocol_type or "",
+                    (group.protocol_name or "") if stable else "",
+                    group.describe(),
+                )
+            )
         m.reply(described)
 
     def _list(self, m: ListGroups) -> None:
-        m.reply([
-            GroupListing(group_id, group.protocol_type or "", group.state.value)
-            for group_id, group in self._groups.items()
-            if group.state != GroupState.DEAD
-        ])
+        m.reply(
+            [
+                GroupListing(group_id, group.protocol_type or "", group.state.value)
+                for group_id, group in self._groups.items()
+                if group.state != GroupState.DEAD
+            ]
+        )
 
     def _delete_groups(self, m: DeleteGroups) -> None:
         results: list[ErrorCode | None] = [None] * len(m.group_ids)
@@ -585,14 +598,17 @@ class GroupCoordinator(LoopActor):
         if ref is None:
             me.tell(_Appended(done, ErrorCode.NOT_COORDINATOR))
             return
-        batch = build_batch([(key, value, ()) for key, value in records],
-                            base_timestamp=now_ms())
+        batch = build_batch([(key, value, ()) for key, value in records], base_timestamp=now_ms())
         view = memoryview(batch)
 
         def produced(result: ProduceResult) -> None:
             if result.error != ErrorCode.NONE:
-                log.warning("append to %s for group %r failed: %s", OFFSETS_TOPIC, group_id,
-                            result.error.name)
+                log.warning(
+                    "append to %s for group %r failed: %s",
+                    OFFSETS_TOPIC,
+                    group_id,
+                    result.error.name,
+                )
             me.tell(_Appended(done, result.error))
 
         if not _tell(ref, Produce(view, iter_batches(view), -1, produced)):

@@ -26,7 +26,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-from actors.group.state import GroupSnapshot, MemberSnapshot
+from actors.group.events import GroupSnapshot, MemberSnapshot
 from wire.errors import DecodeError
 
 __all__ = [
@@ -223,7 +223,15 @@ def decode_group_value(data: bytes) -> GroupSnapshot:
         if rebalance_timeout < 0:
             rebalance_timeout = session_timeout
         members.append(
-            MemberSnapshot(member_id, instance_id, client_id, client_host, rebalance_timeout,
-                           session_timeout, r.bytes_(), r.bytes_())
+            MemberSnapshot(
+                member_id,
+                instance_id,
+                client_id,
+                client_host,
+                rebalance_timeout,
+                session_timeout,
+                r.bytes_(),
+                r.bytes_(),
+            )
         )
     return GroupSnapshot(protocol_type, generation, protocol, leader, timestamp, tuple(members))

@@ -65,26 +65,7 @@ from actors.group.events import (
 )
 from wire.errors import ErrorCode
 
-__all__ = [  # the events module's names too, so callers need one import
-    "GroupState",
-    "Group",
-    "Join",
-    "Sync",
-    "Heartbeat",
-    "Leave",
-    "JoinResult",
-    "SyncResult",
-    "HeartbeatResult",
-    "LeaveResult",
-    "JoinedMember",
-    "Reply",
-    "Persist",
-    "SetTimer",
-    "Effect",
-    "GroupSnapshot",
-    "MemberSnapshot",
-    "MemberDescription",
-]
+__all__ = ["Group"]  # its events and effects are in actors.group.events
 
 
 # The group -------------------------------------------------------------------------------------
@@ -173,7 +154,10 @@ class Group:
         with_metadata = self.state == GroupState.STABLE  # as Kafka's GroupMetadata.summary
         return [
             MemberDescription(
-                m.member_id, m.group_instance_id, m.client_id, m.client_host,
+                m.member_id,
+                m.group_instance_id,
+                m.client_id,
+                m.client_host,
                 m.metadata(self.protocol_name) if with_metadata else b"",
                 m.assignment if with_metadata else b"",
             )
@@ -274,9 +258,16 @@ class Group:
         for s in snapshot.members:
             protocols = ((snapshot.protocol_name or "", s.subscription),)
             member = _Member(
-                s.member_id, s.group_instance_id, s.client_id, s.client_host,
-                s.session_timeout_ms, s.rebalance_timeout_ms, snapshot.protocol_type,
-                protocols, now_ms + s.session_timeout_ms, s.assignment,
+                s.member_id,
+                s.group_instance_id,
+                s.client_id,
+                s.client_host,
+                s.session_timeout_ms,
+                s.rebalance_timeout_ms,
+                snapshot.protocol_type,
+                protocols,
+                now_ms + s.session_timeout_ms,
+                s.assignment,
             )
             self._members[s.member_id] = member
             if s.group_instance_id is not None:
@@ -303,8 +294,9 @@ class Group:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
         if not e.group_id:
             return ErrorCode.INVALID_GROUP_ID
-        if not (limits.session_timeout_ms_min <= e.session_timeout_ms
-                <= limits.session_timeout_ms_max):
+        if not (
+            limits.session_timeout_ms_min <= e.session_timeout_ms <= limits.session_timeout_ms_max
+        ):
             return ErrorCode.INVALID_SESSION_TIMEOUT
         if not self._supports(e.protocol_type, e.protocols):
             return ErrorCode.INCONSISTENT_GROUP_PROTOCOL
@@ -351,8 +343,9 @@ class Group:
             # The leader gets the member list but must not reassign (skipAssignment, v9).
             leader = member.member_id == self.leader_id
             self._persist(now_ms)
-            self._reply(e.reply, self._join_result(member, with_members=leader,
-                                                  skip_assignment=leader))
+            self._reply(
+                e.reply, self._join_result(member, with_members=leader, skip_assignment=leader)
+            )
             return
         member.protocols, member.protocol_type = e.protocols, e.protocol_type
         member.awaiting_join, member.join_reply = True, e.reply
@@ -369,10 +362,15 @@ class Group:
             self._reply(old.sync_reply, SyncResult(ErrorCode.FENCED_INSTANCE_ID))
         new_id = self._new_member_id(e.client_id)
         member = replace(
-            old, member_id=new_id, client_id=e.client_id, client_host=e.client_host,
+            old,
+            member_id=new_id,
+            client_id=e.client_id,
+            client_host=e.client_host,
             session_timeout_ms=e.session_timeout_ms,
             rebalance_timeout_ms=e.rebalance_timeout_ms,
-            expires_at_ms=now_ms + e.session_timeout_ms, join_reply=None, sync_reply=None,
+            expires_at_ms=now_ms + e.session_timeout_ms,
+            join_reply=None,
+            sync_reply=None,
             awaiting_join=False,
         )
         # Keep its place in join order (the leader stays the leader).
@@ -408,8 +406,10 @@ class Group:
             self._reply(e.reply, self._join_result(member, with_members=False))
             return
         if member.join_reply is not None:
-            self._reply(member.join_reply,
-                        JoinResult(ErrorCode.REBALANCE_IN_PROGRESS, member_id=member.member_id))
+            self._reply(
+                member.join_reply,
+                JoinResult(ErrorCode.REBALANCE_IN_PROGRESS, member_id=member.member_id),
+            )
         member.protocols = e.protocols
         member.session_timeout_ms = e.session_timeout_ms
         member.rebalance_timeout_ms = e.rebalance_timeout_ms
@@ -420,9 +420,17 @@ class Group:
 
     def _add_member(self, e: Join, member_id: str, now_ms: int) -> None:
         member = _Member(
-            member_id, e.group_instance_id, e.client_id, e.client_host, e.session_timeout_ms,
-            e.rebalance_timeout_ms, e.protocol_type, e.protocols,
-            now_ms + e.session_timeout_ms, awaiting_join=True, join_reply=e.reply,
+            member_id,
+            e.group_instance_id,
+            e.client_id,
+            e.client_host,
+            e.session_timeout_ms,
+            e.rebalance_timeout_ms,
+            e.protocol_type,
+            e.protocols,
+            now_ms + e.session_timeout_ms,
+            awaiting_join=True,
+            join_reply=e.reply,
         )
         if not self._members:
             self.protocol_type = e.protocol_type
@@ -431,11 +439,11 @@ class Group:
             self._static[e.group_instance_id] = member_id
         if self.leader_id is None:
             self.leader_id = member_id
-        if (self.state == GroupState.PREPARING_REBALANCE
-                and self._initial_join_limit_ms is not None):
+        if self.state == GroupState.PREPARING_REBALANCE and self._initial_join_limit_ms is not None:
             # Another member arrived during the initial delay: wait one more delay.
-            self._join_deadline_ms = min(now_ms + self.initial_rebalance_delay_ms,
-                                         self._initial_join_limit_ms)
+            self._join_deadline_ms = min(
+                now_ms + self.initial_rebalance_delay_ms, self._initial_join_limit_ms
+            )
         elif self.state != GroupState.PREPARING_REBALANCE:
             self._prepare_rebalance(now_ms)
         self._maybe_complete_join(now_ms)
@@ -461,8 +469,7 @@ class Group:
     def _maybe_complete_join(self, now_ms: int) -> None:
         """Complete the join phase once every member has rejoined (not during the initial
         delay, which always runs its course)."""
-        if (self.state != GroupState.PREPARING_REBALANCE
-                or self._initial_join_limit_ms is not None):
+        if self.state != GroupState.PREPARING_REBALANCE or self._initial_join_limit_ms is not None:
             return
         if self._pending or not all(m.awaiting_join for m in self._members.values()):
             return
@@ -512,8 +519,14 @@ class Group:
                 for m in self._members.values()
             )
         return JoinResult(
-            ErrorCode.NONE, member.member_id, self.generation_id, self.protocol_type,
-            self.protocol_name, self.leader_id or "", members, skip_assignment,
+            ErrorCode.NONE,
+            member.member_id,
+            self.generation_id,
+            self.protocol_type,
+            self.protocol_name,
+            self.leader_id or "",
+            members,
+            skip_assignment,
         )
 
     # SyncGroup -------------------------------------------------------------------------------
@@ -553,8 +566,7 @@ class Group:
                 self._reply(reply, self._sync_result(m))
 
     def _sync_result(self, member: _Member) -> SyncResult:
-        return SyncResult(ErrorCode.NONE, self.protocol_type, self.protocol_name,
-                          member.assignment)
+        return SyncResult(ErrorCode.NONE, self.protocol_type, self.protocol_name, member.assignment)
 
     def _check_member(
         self, member_id: str, group_instance_id: str | None, generation_id: int
@@ -626,8 +638,10 @@ class Group:
 
     def _remove(self, member: _Member) -> None:
         if member.join_reply is not None:
-            self._reply(member.join_reply,
-                        JoinResult(ErrorCode.UNKNOWN_MEMBER_ID, member_id=member.member_id))
+            self._reply(
+                member.join_reply,
+                JoinResult(ErrorCode.UNKNOWN_MEMBER_ID, member_id=member.member_id),
+            )
         if member.sync_reply is not None:
             self._reply(member.sync_reply, SyncResult(ErrorCode.UNKNOWN_MEMBER_ID))
         del self._members[member.member_id]
@@ -653,13 +667,21 @@ class Group:
 
     def snapshot(self, now_ms: int) -> GroupSnapshot:
         return GroupSnapshot(
-            self.protocol_type or "", self.generation_id, self.protocol_name, self.leader_id,
+            self.protocol_type or "",
+            self.generation_id,
+            self.protocol_name,
+            self.leader_id,
             now_ms,
             tuple(
                 MemberSnapshot(
-                    m.member_id, m.group_instance_id, m.client_id, m.client_host,
-                    m.rebalance_timeout_ms, m.session_timeout_ms,
-                    m.metadata(self.protocol_name), m.assignment,
+                    m.member_id,
+                    m.group_instance_id,
+                    m.client_id,
+                    m.client_host,
+                    m.rebalance_timeout_ms,
+                    m.session_timeout_ms,
+                    m.metadata(self.protocol_name),
+                    m.assignment,
                 )
                 for m in self._members.values()
             ),
@@ -675,4 +697,3 @@ class Group:
             self._effects.append(SetTimer(deadline))
         effects, self._effects = self._effects, []
         return effects
-

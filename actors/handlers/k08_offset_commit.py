@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from actors.group.coordinator import CommitEntry, CommitOffsets
+from actors.group.messages import CommitEntry, CommitOffsets
 from actors.handlers.group_common import tell_coordinator
 from wire.errors import ErrorCode
 from wire.messages.offset_commit import OffsetCommitRequest, OffsetCommitResponse
@@ -41,8 +41,11 @@ def handle(ctx: Any, request: OffsetCommitRequest) -> None:
             continue
         entries.append(
             CommitEntry(
-                topic, p.partition_index, p.committed_offset,
-                p.committed_leader_epoch if version >= 6 else -1, p.committed_metadata,
+                topic,
+                p.partition_index,
+                p.committed_offset,
+                p.committed_leader_epoch if version >= 6 else -1,
+                p.committed_metadata,
             )
         )
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from actors.group.coordinator import FetchedOffset, FetchOffsets
+from actors.group.messages import FetchedOffset, FetchOffsets
 from actors.handlers.group_common import tell_coordinator
 from actors.handlers.join import Join
 from wire.errors import ErrorCode
@@ -45,8 +45,9 @@ def handle(ctx: Any, request: OffsetFetchRequest) -> None:
     def done(results: list[_Fetched]) -> None:
         if ctx.version >= 8:
             groups = [
-                Group(group_id=group_id, topics=_topics(fetched, Topics, Partitions),
-                      error_code=error)
+                Group(
+                    group_id=group_id, topics=_topics(fetched, Topics, Partitions), error_code=error
+                )
                 for (group_id, _), (error, fetched) in zip(queries, results, strict=True)
             ]
             ctx.respond(OffsetFetchResponse(throttle_time_ms=0, groups=groups))
@@ -54,7 +55,8 @@ def handle(ctx: Any, request: OffsetFetchRequest) -> None:
         error, fetched = results[0]
         ctx.respond(
             OffsetFetchResponse(
-                throttle_time_ms=0, error_code=error,
+                throttle_time_ms=0,
+                error_code=error,
                 topics=_topics(fetched, Topic, Partition, error if ctx.version < 2 else None),
             )
         )
@@ -83,7 +85,9 @@ def _failed(wanted: list[tuple[str, int]] | None, error: ErrorCode) -> _Fetched:
 
 
 def _topics(
-    fetched: list[FetchedOffset], topic_cls: Any, partition_cls: Any,
+    fetched: list[FetchedOffset],
+    topic_cls: Any,
+    partition_cls: Any,
     error: ErrorCode | None = None,
 ) -> list[Any]:
     by_topic: dict[str, list[Any]] = {}

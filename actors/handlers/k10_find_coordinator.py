@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from actors.group.coordinator import EnsureReady
+from actors.group.messages import EnsureReady
 from actors.handlers.group_common import tell_coordinator
 from actors.handlers.join import Join
 from wire.errors import ErrorCode
@@ -53,8 +53,12 @@ def handle(ctx: Any, request: FindCoordinatorRequest) -> None:
         c = coordinators[0]
         ctx.respond(
             FindCoordinatorResponse(
-                throttle_time_ms=0, error_code=c.error_code, error_message=c.error_message,
-                node_id=c.node_id, host=c.host, port=c.port,
+                throttle_time_ms=0,
+                error_code=c.error_code,
+                error_message=c.error_message,
+                node_id=c.node_id,
+                host=c.host,
+                port=c.port,
             )
         )
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from actors.group.state import Join, JoinResult
+from actors.group.events import Join, JoinResult
 from actors.handlers.group_common import client_host, tell_coordinator
 from wire.errors import ErrorCode
 from wire.messages.join_group import JoinGroupRequest, JoinGroupResponse
@@ -41,7 +41,8 @@ def handle(ctx: Any, request: JoinGroupRequest) -> None:
                 member_id=result.member_id,
                 members=[
                     JoinGroupResponseMember(
-                        member_id=m.member_id, group_instance_id=m.group_instance_id,
+                        member_id=m.member_id,
+                        group_instance_id=m.group_instance_id,
                         metadata=m.metadata,
                     )
                     for m in result.members

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from actors.group.state import Heartbeat, HeartbeatResult
+from actors.group.events import Heartbeat, HeartbeatResult
 from actors.handlers.group_common import tell_coordinator
 from wire.errors import ErrorCode
 from wire.messages.heartbeat import HeartbeatRequest, HeartbeatResponse

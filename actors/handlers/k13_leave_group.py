@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from actors.group.state import Leave, LeaveResult
+from actors.group.events import Leave, LeaveResult
 from actors.handlers.group_common import tell_coordinator
 from wire.errors import ErrorCode
 from wire.messages.leave_group import LeaveGroupRequest, LeaveGroupResponse

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from actors.group.state import Sync, SyncResult
+from actors.group.events import Sync, SyncResult
 from actors.handlers.group_common import tell_coordinator
 from wire.errors import ErrorCode
 from wire.messages.sync_group import SyncGroupRequest, SyncGroupResponse

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from actors.group.coordinator import DescribeGroups, GroupDescription
+from actors.group.messages import DescribeGroups, GroupDescription
 from actors.handlers.group_common import tell_coordinator
 from actors.handlers.join import Join
 from wire.errors import ErrorCode
@@ -39,19 +39,33 @@ def handle(ctx: Any, request: DescribeGroupsRequest) -> None:
         groups = []
         for group_id, (error, d) in zip(group_ids, results, strict=True):
             if d is None:
-                groups.append(DescribedGroup(error_code=error, group_id=group_id, group_state="",
-                                             protocol_type="", protocol_data="", members=[],
-                                             authorized_operations=operations))
+                groups.append(
+                    DescribedGroup(
+                        error_code=error,
+                        group_id=group_id,
+                        group_state="",
+                        protocol_type="",
+                        protocol_data="",
+                        members=[],
+                        authorized_operations=operations,
+                    )
+                )
                 continue
             groups.append(
                 DescribedGroup(
-                    error_code=ErrorCode.NONE, group_id=d.group_id, group_state=d.state,
-                    protocol_type=d.protocol_type, protocol_data=d.protocol_name,
+                    error_code=ErrorCode.NONE,
+                    group_id=d.group_id,
+                    group_state=d.state,
+                    protocol_type=d.protocol_type,
+                    protocol_data=d.protocol_name,
                     members=[
                         DescribedGroupMember(
-                            member_id=m.member_id, group_instance_id=m.group_instance_id,
-                            client_id=m.client_id, client_host=m.client_host,
-                            member_metadata=m.metadata, member_assignment=m.assignment,
+                            member_id=m.member_id,
+                            group_instance_id=m.group_instance_id,
+                            client_id=m.client_id,
+                            client_host=m.client_host,
+                            member_metadata=m.metadata,
+                            member_assignment=m.assignment,
                         )
                         for m in d.members
                     ],

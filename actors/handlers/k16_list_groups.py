@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from actors.group.coordinator import GroupListing, ListGroups
+from actors.group.messages import GroupListing, ListGroups
 from actors.handlers.join import Join, send
 from wire.errors import ErrorCode
 from wire.messages.list_groups import ListGroupsRequest, ListGroupsResponse

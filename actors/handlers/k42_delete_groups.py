@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from actors.group.coordinator import DeleteGroups
+from actors.group.messages import DeleteGroups
 from actors.handlers.group_common import tell_coordinator
 from actors.handlers.join import Join
 from wire.errors import ErrorCode

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from actors.group.coordinator import DeleteOffsets
+from actors.group.messages import DeleteOffsets
 from actors.handlers.group_common import tell_coordinator
 from wire.errors import ErrorCode
 from wire.messages.offset_delete import OffsetDeleteRequest, OffsetDeleteResponse
@@ -37,8 +37,10 @@ def handle(ctx: Any, request: OffsetDeleteRequest) -> None:
             OffsetDeleteResponse(
                 error_code=error,
                 throttle_time_ms=0,
-                topics=[OffsetDeleteResponseTopic(name=name, partitions=parts)
-                        for name, parts in by_topic.items()],
+                topics=[
+                    OffsetDeleteResponseTopic(name=name, partitions=parts)
+                    for name, parts in by_topic.items()
+                ],
             )
         )
 

@@ -11,6 +11,16 @@ from typing import Any
 import pytest
 
 from actors.group import java_string_hash, offsets_partition
+from actors.group.events import (
+    GroupState,
+    Heartbeat,
+    Join,
+    Leave,
+    Persist,
+    Reply,
+    SetTimer,
+    Sync,
+)
 from actors.group.log_records import (
     GroupKey,
     OffsetKey,
@@ -23,17 +33,7 @@ from actors.group.log_records import (
     encode_offset_key,
     encode_offset_value,
 )
-from actors.group.state import (
-    Group,
-    GroupState,
-    Heartbeat,
-    Join,
-    Leave,
-    Persist,
-    Reply,
-    SetTimer,
-    Sync,
-)
+from actors.group.state import Group
 from wire.errors import ErrorCode as E
 
 DELAY_MS = 100
