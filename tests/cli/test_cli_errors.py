@@ -25,9 +25,15 @@ def krill(*args: str, stdin: str = "", env: dict[str, str] | None = None):
     environment = {k: v for k, v in os.environ.items() if not k.startswith("KRILL_")}
     environment.update(env or {})
     started = time.monotonic()
-    result = subprocess.run([sys.executable, "-m", "shards.cli", *args], input=stdin,
-                            capture_output=True, text=True, cwd=REPO, env=environment,
-                            timeout=50)
+    result = subprocess.run(
+        [sys.executable, "-m", "shards.cli", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=environment,
+        timeout=50,
+    )
     return result, time.monotonic() - started
 
 
@@ -51,28 +57,31 @@ def dead_broker() -> str:
     return f"127.0.0.1:{port}"
 
 
-@pytest.mark.parametrize("args, expected", [
-    ((), "required"),
-    (("bogus",), "invalid choice: 'bogus'"),
-    (("start", "--bad-flag"), "unrecognized arguments: --bad-flag"),
-    (("start", "--smp", "0"), "smp must be at least 1"),
-    (("start", "--smp", "999999"), "usable core"),
-    (("start", "--smp", "two"), "invalid int value"),
-    (("start", "--listen", "nonsense"), "--listen must be host:port"),
-    (("start", "--listen", "127.0.0.1:70000"), "bad port"),
-    (("start", "--log-level", "loud"), "invalid choice: 'loud'"),
-    (("start", "--config", "/nonexistent/krill.yaml"), "config file '/nonexistent/krill.yaml'"),
-    (("topic",), "required"),
-    (("topic", "create"), "required: NAME"),
-    (("topic", "create", "t", "-p", "zero"), "argument -p/--partitions"),
-    (("topic", "create", "t", "-c", "novalue"), "expected key=value"),
-    (("topic", "list", "-b", "nonsense"), "broker must be host:port"),
-    (("topic", "consume", "t", "--offset", "middle"), "expected start, end or an offset"),
-    (("topic", "consume", "t", "--format", "%q"), "unknown %q"),
-    (("topic", "consume", "t", "-n", "0"), "must be at least 1"),
-    (("topic", "produce", "t", "--acks", "2"), "invalid choice: '2'"),
-    (("topic", "produce", "t", "-z", "brotli"), "invalid choice: 'brotli'"),
-])
+@pytest.mark.parametrize(
+    "args, expected",
+    [
+        ((), "required"),
+        (("bogus",), "invalid choice: 'bogus'"),
+        (("start", "--bad-flag"), "unrecognized arguments: --bad-flag"),
+        (("start", "--smp", "0"), "smp must be at least 1"),
+        (("start", "--smp", "999999"), "usable core"),
+        (("start", "--smp", "two"), "invalid int value"),
+        (("start", "--listen", "nonsense"), "--listen must be host:port"),
+        (("start", "--listen", "127.0.0.1:70000"), "bad port"),
+        (("start", "--log-level", "loud"), "invalid choice: 'loud'"),
+        (("start", "--config", "/nonexistent/krill.yaml"), "config file '/nonexistent/krill.yaml'"),
+        (("topic",), "required"),
+        (("topic", "create"), "required: NAME"),
+        (("topic", "create", "t", "-p", "zero"), "argument -p/--partitions"),
+        (("topic", "create", "t", "-c", "novalue"), "expected key=value"),
+        (("topic", "list", "-b", "nonsense"), "broker must be host:port"),
+        (("topic", "consume", "t", "--offset", "middle"), "expected start, end or an offset"),
+        (("topic", "consume", "t", "--format", "%q"), "unknown %q"),
+        (("topic", "consume", "t", "-n", "0"), "must be at least 1"),
+        (("topic", "produce", "t", "--acks", "2"), "invalid choice: '2'"),
+        (("topic", "produce", "t", "-z", "brotli"), "invalid choice: 'brotli'"),
+    ],
+)
 def test_usage_mistakes(args, expected):
     result, _ = krill(*args)
     line = assert_one_error_line(result, code=2)
@@ -98,15 +107,18 @@ def test_help_still_prints_full_help():
     assert "--offset" in result.stdout and "--brokers" in result.stdout
 
 
-@pytest.mark.parametrize("args", [
-    ("topic", "list"),
-    ("topic", "create", "t"),
-    ("topic", "describe", "t"),
-    ("topic", "delete", "t"),
-    ("topic", "add-partitions", "t", "-n", "1"),
-    ("topic", "produce", "t"),
-    ("topic", "consume", "t"),
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("topic", "list"),
+        ("topic", "create", "t"),
+        ("topic", "describe", "t"),
+        ("topic", "delete", "t"),
+        ("topic", "add-partitions", "t", "-n", "1"),
+        ("topic", "produce", "t"),
+        ("topic", "consume", "t"),
+    ],
+)
 def test_unreachable_broker_fails_fast(dead_broker, args):
     result, elapsed = krill(*args, "-b", dead_broker, stdin="a\nb\n")
     line = assert_one_error_line(result, code=1)
@@ -153,7 +165,8 @@ def test_consume_format_templates():
     message = FakeMessage(b"k1", b"\xffbinary", [("h", b"v"), ("n", None)])
     assert _record_format("%v\\n")(message) == b"\xffbinary\n"
     assert _record_format("%t/%p@%o %k=%v %T [%h]%%\\t")(message) == (
-        b"orders/2@41 k1=\xffbinary 1700000000000 [h=v,n=]%\t")
+        b"orders/2@41 k1=\xffbinary 1700000000000 [h=v,n=]%\t"
+    )
     assert _record_format("%k|%v")(FakeMessage(None, None)) == b"|"
 
 
@@ -165,5 +178,11 @@ def test_consume_format_json_replaces_bad_utf8():
     line = _record_format("json")(FakeMessage(None, b"ok\xff", [("h", b"v")]))
     assert line.endswith(b"\n")
     assert json.loads(line) == {
-        "topic": "orders", "partition": 2, "offset": 41, "timestamp": 1700000000000,
-        "key": None, "value": "ok\ufffd", "headers": [{"key": "h", "value": "v"}]}
+        "topic": "orders",
+        "partition": 2,
+        "offset": 41,
+        "timestamp": 1700000000000,
+        "key": None,
+        "value": "ok\ufffd",
+        "headers": [{"key": "h", "value": "v"}],
+    }

@@ -34,11 +34,13 @@ def test_defaults_follow_design_section_10():
 
 
 def test_flags_beat_env_beat_file_beat_defaults(tmp_path):
-    path = write(tmp_path, "data_dir: /from/file\nnode_id: 3\nlisten: 10.0.0.1:9000\n"
-                           "segment_ms: 1000\n")
+    path = write(
+        tmp_path, "data_dir: /from/file\nnode_id: 3\nlisten: 10.0.0.1:9000\nsegment_ms: 1000\n"
+    )
     env = {"KRILL_DATA_DIR": "/from/env", "KRILL_NODE_ID": "4"}
-    flags = argparse.Namespace(data_dir="/from/flag", node_id=None, listen=None,
-                               command="start", config=path)
+    flags = argparse.Namespace(
+        data_dir="/from/flag", node_id=None, listen=None, command="start", config=path
+    )
     config = load_config(flags, env, path)
     assert config.data_dir == "/from/flag"  # flag over env and file
     assert config.node_id == 4  # env over file
@@ -58,54 +60,85 @@ def test_compound_and_field_keys_merge_field_by_field(tmp_path):
 def test_advertise_defaults():
     assert load_config({"listen": "0.0.0.0:9500"}, {}, None).advertise == ("127.0.0.1", 9500)
     assert load_config({"listen": "10.1.2.3:9500"}, {}, None).advertise == ("10.1.2.3", 9500)
-    config = load_config({"listen": "0.0.0.0:9500"}, {"KRILL_ADVERTISE": "kafka.example:19092"},
-                         None)
+    config = load_config(
+        {"listen": "0.0.0.0:9500"}, {"KRILL_ADVERTISE": "kafka.example:19092"}, None
+    )
     assert config.advertise == ("kafka.example", 19092)
     assert NodeConfig(advertise_port=7000).advertise == ("127.0.0.1", 7000)
 
 
 def test_env_types_are_converted():
-    config = load_config({}, {"KRILL_SMP": "1", "KRILL_AUTO_CREATE_TOPICS": "false",
-                              "KRILL_READER_LISTEN": "[::1]:9999", "KRILL_LOG_LEVEL": "DEBUG",
-                              "KRILL_BROKERS": "ignored:1"}, None)
+    config = load_config(
+        {},
+        {
+            "KRILL_SMP": "1",
+            "KRILL_AUTO_CREATE_TOPICS": "false",
+            "KRILL_READER_LISTEN": "[::1]:9999",
+            "KRILL_LOG_LEVEL": "DEBUG",
+            "KRILL_BROKERS": "ignored:1",
+        },
+        None,
+    )
     assert config.smp == 1
     assert config.auto_create_topics is False
     assert config.reader_listen == ("::1", 9999)
     assert config.log_level == "debug"
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("localhost:9092", ("localhost", 9092)),
-    ("0.0.0.0:1", ("0.0.0.0", 1)),
-    ("[::]:65535", ("::", 65535)),
-    ("node-1.cluster.local:33145", ("node-1.cluster.local", 33145)),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("localhost:9092", ("localhost", 9092)),
+        ("0.0.0.0:1", ("0.0.0.0", 1)),
+        ("[::]:65535", ("::", 65535)),
+        ("node-1.cluster.local:33145", ("node-1.cluster.local", 33145)),
+    ],
+)
 def test_parse_host_port(text, expected):
     assert parse_host_port(text) == expected
 
 
-@pytest.mark.parametrize("text", [
-    "nonsense", "9092", ":9092", "host:", "host:0", "host:65536", "host:-1", "host:x",
-    "::1:9092", "[::1]9092", "a b:9092",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "nonsense",
+        "9092",
+        ":9092",
+        "host:",
+        "host:0",
+        "host:65536",
+        "host:-1",
+        "host:x",
+        "::1:9092",
+        "[::1]9092",
+        "a b:9092",
+    ],
+)
 def test_parse_host_port_rejects(text):
     with pytest.raises(ConfigError, match="host:port|bad port"):
         parse_host_port(text)
 
 
-@pytest.mark.parametrize("flags, env, message", [
-    ({"smp": 0}, {}, "smp must be at least 1"),
-    ({"smp": usable_cores() + 1}, {}, "usable core"),
-    ({"listen": "nonsense"}, {}, "--listen must be host:port"),
-    ({"rpc_port": 70000}, {}, "rpc_port must be between 1 and 65535"),
-    ({}, {"KRILL_LISTEN_PORT": "0"}, "listen_port must be between 1 and 65535"),
-    ({}, {"KRILL_SEGMENT_BYTES": "0"}, "segment_bytes must be at least 1"),
-    ({}, {"KRILL_MESSAGE_MAX_BYTES": "-5"}, "message_max_bytes must be at least 1"),
-    ({}, {"KRILL_SMP": "many"}, "KRILL_SMP must be an integer"),
-    ({}, {"KRILL_AUTO_CREATE_TOPICS": "maybe"}, "KRILL_AUTO_CREATE_TOPICS must be true or false"),
-    ({}, {"KRILL_LOG_LEVEL": "loud"}, "log_level must be one of"),
-    ({"advertise": "0.0.0.0:9092"}, {}, "advertise_host must be an address clients can reach"),
-])
+@pytest.mark.parametrize(
+    "flags, env, message",
+    [
+        ({"smp": 0}, {}, "smp must be at least 1"),
+        ({"smp": usable_cores() + 1}, {}, "usable core"),
+        ({"listen": "nonsense"}, {}, "--listen must be host:port"),
+        ({"rpc_port": 70000}, {}, "rpc_port must be between 1 and 65535"),
+        ({}, {"KRILL_LISTEN_PORT": "0"}, "listen_port must be between 1 and 65535"),
+        ({}, {"KRILL_SEGMENT_BYTES": "0"}, "segment_bytes must be at least 1"),
+        ({}, {"KRILL_MESSAGE_MAX_BYTES": "-5"}, "message_max_bytes must be at least 1"),
+        ({}, {"KRILL_SMP": "many"}, "KRILL_SMP must be an integer"),
+        (
+            {},
+            {"KRILL_AUTO_CREATE_TOPICS": "maybe"},
+            "KRILL_AUTO_CREATE_TOPICS must be true or false",
+        ),
+        ({}, {"KRILL_LOG_LEVEL": "loud"}, "log_level must be one of"),
+        ({"advertise": "0.0.0.0:9092"}, {}, "advertise_host must be an address clients can reach"),
+    ],
+)
 def test_validation_errors_are_one_line(flags, env, message):
     with pytest.raises(ConfigError, match=message) as info:
         load_config(flags, env, None)
@@ -137,9 +170,17 @@ def test_empty_file_is_all_defaults(tmp_path):
 
 
 def test_json_round_trip():
-    config = NodeConfig(data_dir="/var/lib/krill", listen_host="0.0.0.0", listen_port=19092,
-                        advertise_host="broker.example", node_id=7, smp=1,
-                        auto_create_topics=False, segment_bytes=4096, log_level="debug")
+    config = NodeConfig(
+        data_dir="/var/lib/krill",
+        listen_host="0.0.0.0",
+        listen_port=19092,
+        advertise_host="broker.example",
+        node_id=7,
+        smp=1,
+        auto_create_topics=False,
+        segment_bytes=4096,
+        log_level="debug",
+    )
     assert NodeConfig.from_json(config.to_json()) == config
     assert NodeConfig.from_json(NodeConfig().to_json()) == NodeConfig()
 

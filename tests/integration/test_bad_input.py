@@ -9,7 +9,7 @@ import struct
 import pytest
 
 from tests.support.broker import BrokerProcess
-from tests.support.raw_client import RawClient, request
+from tests.support.raw_client import RawClient, fetch_request, request
 from wire.errors import ErrorCode
 from wire.messages.api_versions import ApiVersionsResponse
 from wire.primitives import Reader
@@ -99,7 +99,7 @@ def test_pipelined_requests_answered_in_order(shared_broker: BrokerProcess) -> N
             elif i % 3 == 1:
                 sent.append((3, 1, client.send(3, 1, request(3, topics=[]))))
             else:
-                fetch = _fetch_request("pipelined", max_wait_ms=50 if i % 2 else 0)
+                fetch = fetch_request("pipelined", max_wait_ms=50 if i % 2 else 0)
                 sent.append((1, 11, client.send(1, 11, fetch)))
         for api_key, version, correlation_id in sent:
             got, _ = client.receive(api_key, version)
@@ -116,7 +116,7 @@ def test_unknown_topic_and_partition_errors(shared_broker: BrokerProcess) -> Non
             3, 4, request(3, topics=[_meta_topic("bad/name")], allow_auto_topic_creation=True)
         )
         assert response.topics[0].error_code == ErrorCode.INVALID_TOPIC_EXCEPTION
-        fetch = client.call(1, 11, _fetch_request("no-such", max_wait_ms=0))
+        fetch = client.call(1, 11, fetch_request("no-such"))
         assert fetch.responses[0].partitions[0].error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 
 
@@ -130,32 +130,6 @@ def _new_topic(name: str):  # type: ignore[no-untyped-def]
     from wire.messages.create_topics import CreateTopicsRequest
 
     return CreateTopicsRequest.CreatableTopic(name=name, num_partitions=1, replication_factor=1)
-
-
-def _fetch_request(topic: str, max_wait_ms: int):  # type: ignore[no-untyped-def]
-    from wire.messages.fetch import FetchRequest
-
-    return FetchRequest(
-        replica_id=-1,
-        max_wait_ms=max_wait_ms,
-        min_bytes=1,
-        max_bytes=1 << 20,
-        session_id=0,
-        session_epoch=-1,
-        topics=[
-            FetchRequest.FetchTopic(
-                topic=topic,
-                partitions=[
-                    FetchRequest.FetchPartition(
-                        partition=0,
-                        current_leader_epoch=-1,
-                        fetch_offset=0,
-                        partition_max_bytes=1 << 20,
-                    )
-                ],
-            )
-        ],
-    )
 
 
 def test_connection_storm_leaves_node_serving(shared_broker: BrokerProcess) -> None:

@@ -8,79 +8,25 @@ import uuid
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import (
-    AdminClient,
     ConfigResource,
     NewPartitions,
     NewTopic,
 )
 
 from tests.support.broker import BrokerProcess
+from tests.support.kafka import admin_client, consume, create_topic, produce
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
-
-_POLL_LIMIT_S = 30.0
 
 
 def _topic() -> str:
     return f"t-{uuid.uuid4().hex[:10]}"
 
 
-def _admin(broker: BrokerProcess) -> AdminClient:
-    return AdminClient({"bootstrap.servers": broker.bootstrap})
-
-
-def _create(broker: BrokerProcess, name: str, partitions: int = 1, **configs: str) -> None:
-    admin = _admin(broker)  # keep it alive until the future resolves
-    futures = admin.create_topics([NewTopic(name, partitions, 1, config=configs)])
-    futures[name].result(timeout=15)
-
-
-def produce(broker: BrokerProcess, topic: str, records: list[tuple], **conf: object) -> list:
-    """Produce (key, value, headers, partition) tuples; return the delivered messages."""
-    producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 5, **conf})
-    delivered: list = []
-    errors: list = []
-
-    def on_delivery(err: KafkaError | None, msg: object) -> None:
-        (errors if err else delivered).append(err or msg)
-
-    for key, value, headers, partition in records:
-        kwargs = {"partition": partition} if partition is not None else {}
-        producer.produce(
-            topic, value=value, key=key, headers=headers, on_delivery=on_delivery, **kwargs
-        )
-    assert producer.flush(30) == 0, "messages left undelivered"
-    assert not errors, errors
-    return delivered
-
-
-def consume(broker: BrokerProcess, topic: str, partitions: int, count: int) -> list:
-    consumer = Consumer(
-        {
-            "bootstrap.servers": broker.bootstrap,
-            "group.id": "test-reader",
-            "enable.auto.commit": False,
-        }
-    )
-    try:
-        consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
-        got: list = []
-        deadline = time.monotonic() + _POLL_LIMIT_S
-        while len(got) < count and time.monotonic() < deadline:
-            msg = consumer.poll(0.2)
-            if msg is None:
-                continue
-            assert msg.error() is None, msg.error()
-            got.append(msg)
-        return got
-    finally:
-        consumer.close()
-
-
 @pytest.mark.parametrize("codec", ["none", "gzip", "snappy", "lz4", "zstd"])
 def test_round_trip_every_codec(shared_broker: BrokerProcess, codec: str) -> None:
     topic = _topic()
-    _create(shared_broker, topic, partitions=3)
+    create_topic(shared_broker, topic, partitions=3)
     records = [
         (
             f"key-{i % 7}".encode() if i % 5 else None,
@@ -110,7 +56,7 @@ def test_round_trip_every_codec(shared_broker: BrokerProcess, codec: str) -> Non
 @pytest.mark.parametrize("acks", ["0", "1", "all"])
 def test_acks_levels(shared_broker: BrokerProcess, acks: str) -> None:
     topic = _topic()
-    _create(shared_broker, topic)
+    create_topic(shared_broker, topic)
     records = [(None, f"m{i}".encode(), None, 0) for i in range(200)]
     delivered = produce(shared_broker, topic, records, acks=acks)
     assert len(delivered) == 200
@@ -122,7 +68,7 @@ def test_acks_levels(shared_broker: BrokerProcess, acks: str) -> None:
 
 def test_idempotent_producer(shared_broker: BrokerProcess) -> None:
     topic = _topic()
-    _create(shared_broker, topic, partitions=2)
+    create_topic(shared_broker, topic, partitions=2)
     records = [(b"k", f"{i}".encode(), None, i % 2) for i in range(2000)]
     delivered = produce(
         shared_broker, topic, records, **{"enable.idempotence": True, "batch.num.messages": 50}
@@ -135,7 +81,7 @@ def test_idempotent_producer(shared_broker: BrokerProcess) -> None:
 
 
 def test_admin_create_describe_grow_delete(shared_broker: BrokerProcess) -> None:
-    admin = _admin(shared_broker)
+    admin = admin_client(shared_broker)
     topic = _topic()
     admin.create_topics([NewTopic(topic, 2, 1, config={"retention.ms": "1234"})])[topic].result(15)
     with pytest.raises(KafkaException) as existing:
@@ -166,7 +112,7 @@ def test_admin_create_describe_grow_delete(shared_broker: BrokerProcess) -> None
     admin.delete_topics([topic], operation_timeout=10)[topic].result(15)
     assert topic not in admin.list_topics(timeout=10).topics
     # The name is free again, and the new topic starts empty.
-    _create(shared_broker, topic, partitions=5)
+    create_topic(shared_broker, topic, partitions=5)
     consumer = Consumer({"bootstrap.servers": shared_broker.bootstrap, "group.id": "w"})
     try:
         assert consumer.get_watermark_offsets(TopicPartition(topic, 4), timeout=10) == (0, 0)
@@ -178,13 +124,13 @@ def test_auto_create_on_produce(shared_broker: BrokerProcess) -> None:
     topic = _topic()
     delivered = produce(shared_broker, topic, [(None, b"auto", None, None)])
     assert delivered[0].offset() == 0
-    admin = _admin(shared_broker)
+    admin = admin_client(shared_broker)
     assert topic in admin.list_topics(timeout=10).topics
 
 
 def test_offsets_for_times_and_watermarks(shared_broker: BrokerProcess) -> None:
     topic = _topic()
-    _create(shared_broker, topic)
+    create_topic(shared_broker, topic)
     base = int(time.time() * 1000) - 100_000
     producer = Producer({"bootstrap.servers": shared_broker.bootstrap, "linger.ms": 0})
     for i in range(10):
@@ -206,7 +152,7 @@ def test_offsets_for_times_and_watermarks(shared_broker: BrokerProcess) -> None:
 
 def test_message_size_limit(shared_broker: BrokerProcess) -> None:
     topic = _topic()
-    _create(shared_broker, topic, **{"max.message.bytes": "20000"})
+    create_topic(shared_broker, topic, **{"max.message.bytes": "20000"})
     producer = Producer(
         {
             "bootstrap.servers": shared_broker.bootstrap,

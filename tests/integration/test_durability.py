@@ -2,21 +2,19 @@
 
 from __future__ import annotations
 
-import threading
-import time
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
 
-from tests.integration.test_confluent import _create, consume, produce
+from tests.support.acked import StreamingProducer, assert_acknowledged_kept, read_whole_log
 from tests.support.broker import BrokerProcess
+from tests.support.kafka import consume, create_topic, produce
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
 
 def test_restart_keeps_topics_configs_and_records(broker: BrokerProcess) -> None:
-    _create(broker, "kept", partitions=4, **{"retention.ms": "999"})
+    create_topic(broker, "kept", partitions=4, **{"retention.ms": "999"})
     records = [
         (f"k{i}".encode(), f"v{i}".encode(), [("i", f"{i}".encode())], i % 4) for i in range(400)
     ]
@@ -37,71 +35,16 @@ def test_restart_keeps_topics_configs_and_records(broker: BrokerProcess) -> None
 
 
 def test_kill9_during_acks_all_produce_loses_nothing_acknowledged(broker: BrokerProcess) -> None:
-    _create(broker, "durable", partitions=3)
-    acknowledged: list[tuple[int, int, bytes]] = []
-    stop = threading.Event()
-    producer = Producer(
-        {
-            "bootstrap.servers": broker.bootstrap,
-            "acks": "all",
-            "linger.ms": 2,
-            "enable.idempotence": True,
-            "message.timeout.ms": 5000,
-        }
-    )
-
-    def on_delivery(err: object, msg: object) -> None:
-        if err is None:
-            acknowledged.append((msg.partition(), msg.offset(), msg.value()))  # type: ignore[attr-defined]
-
-    def run() -> None:
-        sequence = 0
-        deadline = time.monotonic() + 60
-        while not stop.is_set() and time.monotonic() < deadline:
-            try:
-                producer.produce(
-                    "durable", value=f"{sequence:08d}".encode(), on_delivery=on_delivery
-                )
-                sequence += 1
-            except BufferError:
-                pass
-            producer.poll(0.001 if sequence % 100 else 0.01)
-
-    thread = threading.Thread(target=run)
-    thread.start()
-    try:
-        deadline = time.monotonic() + 60
-        while len(acknowledged) < 20_000 and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert len(acknowledged) >= 20_000, "producer did not get going"
+    create_topic(broker, "durable", partitions=3)
+    with StreamingProducer(broker, "durable", **{"enable.idempotence": True}) as producer:
+        producer.wait_for(20_000)
         broker.kill9()  # supervisor and shard, mid-stream
-    finally:
-        stop.set()
-        thread.join(timeout=30)
-        producer.flush(1)
-    acked = list(acknowledged)
+    acked = list(producer.acknowledged)
     broker.start()
-    # Read everything the log holds: at least what was acknowledged, maybe a little more
-    # (appended and flushed, but the ack never reached the client).
-    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "check"})
-    try:
-        ends = [
-            consumer.get_watermark_offsets(TopicPartition("durable", p), timeout=10)[1]
-            for p in range(3)
-        ]
-    finally:
-        consumer.close()
-    got = consume(broker, "durable", 3, sum(ends))
-    stored: dict[int, dict[int, bytes]] = {0: {}, 1: {}, 2: {}}
-    for m in got:
-        stored[m.partition()][m.offset()] = m.value()
-    for partition, offset, value in acked:
-        assert stored[partition].get(offset) == value, f"acknowledged {partition}/{offset} lost"
-    for partition, offsets in stored.items():
-        assert sorted(offsets) == list(range(ends[partition])), f"gap in partition {partition}"
+    stored, ends = read_whole_log(broker, "durable", 3)
+    assert_acknowledged_kept(acked, stored, ends)
     # Idempotence kept duplicates out: every stored value is distinct.
-    values = [v for offsets in stored.values() for v in offsets.values()]
-    assert len(values) == len(set(values))
+    assert len(set(stored.values())) == len(stored)
 
 
 def _tail_segment(data_dir: Path, topic: str, partition: int) -> Path:
@@ -110,7 +53,7 @@ def _tail_segment(data_dir: Path, topic: str, partition: int) -> Path:
 
 @pytest.mark.parametrize("damage", ["garbage", "cut", "flipped"])
 def test_torn_tail_is_truncated_on_restart(broker: BrokerProcess, damage: str) -> None:
-    _create(broker, "torn")
+    create_topic(broker, "torn")
     for i in range(5):  # five separate batches
         produce(broker, "torn", [(None, f"r{i}".encode() * 50, None, 0)], acks="all")
     broker.stop()

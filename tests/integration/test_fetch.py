@@ -8,79 +8,31 @@ import time
 import pytest
 from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME
 
-from tests.integration.test_confluent import _create, consume, produce
 from tests.support.broker import BrokerProcess
-from tests.support.raw_client import RawClient
+from tests.support.kafka import consume, create_topic, produce
+from tests.support.raw_client import RawClient, fetch_request, produce_request
 from wire.errors import ErrorCode
-from wire.messages.fetch import FetchRequest
-from wire.messages.produce import ProduceRequest
 from wire.record_batch import iter_batches
 from wire.records import build_batch, iter_records
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
 
 
-def _fetch(
-    client: RawClient,
-    topic: str,
-    offset: int,
-    *,
-    max_wait_ms: int = 0,
-    min_bytes: int = 1,
-    max_bytes: int = 1 << 20,
-    partition_max_bytes: int = 1 << 20,
-):  # type: ignore[no-untyped-def]
-    response = client.call(
-        1,
-        12,
-        FetchRequest(
-            replica_id=-1,
-            max_wait_ms=max_wait_ms,
-            min_bytes=min_bytes,
-            max_bytes=max_bytes,
-            session_id=0,
-            session_epoch=-1,
-            topics=[
-                FetchRequest.FetchTopic(
-                    topic=topic,
-                    partitions=[
-                        FetchRequest.FetchPartition(
-                            partition=0,
-                            current_leader_epoch=-1,
-                            fetch_offset=offset,
-                            partition_max_bytes=partition_max_bytes,
-                        )
-                    ],
-                )
-            ],
-        ),
-    )
+def _fetch(client: RawClient, topic: str, offset: int, **limits: int):  # type: ignore[no-untyped-def]
+    response = client.call(1, 12, fetch_request(topic, offset, **limits))
     return response.responses[0].partitions[0]
 
 
 def _produce_batch(client: RawClient, topic: str, values: list[bytes]) -> int:
     batch = build_batch([(None, v, []) for v in values])
-    response = client.call(
-        0,
-        9,
-        ProduceRequest(
-            acks=-1,
-            timeout_ms=5000,
-            topic_data=[
-                ProduceRequest.TopicProduceData(
-                    name=topic,
-                    partition_data=[ProduceRequest.PartitionProduceData(index=0, records=batch)],
-                )
-            ],
-        ),
-    )
+    response = client.call(0, 9, produce_request(topic, batch))
     partition = response.responses[0].partition_responses[0]
     assert partition.error_code == ErrorCode.NONE
     return int(partition.base_offset)
 
 
 def test_fetch_inside_a_batch_returns_the_whole_batch(shared_broker: BrokerProcess) -> None:
-    _create(shared_broker, "whole")
+    create_topic(shared_broker, "whole")
     with RawClient(shared_broker.bootstrap) as client:
         _produce_batch(client, "whole", [f"{i}".encode() for i in range(10)])
         _produce_batch(client, "whole", [b"next"])
@@ -95,7 +47,7 @@ def test_fetch_inside_a_batch_returns_the_whole_batch(shared_broker: BrokerProce
 
 
 def test_byte_limits_keep_whole_batches(shared_broker: BrokerProcess) -> None:
-    _create(shared_broker, "limits")
+    create_topic(shared_broker, "limits")
     with RawClient(shared_broker.bootstrap) as client:
         for i in range(3):
             _produce_batch(client, "limits", [bytes([65 + i]) * 10_000])
@@ -108,7 +60,7 @@ def test_byte_limits_keep_whole_batches(shared_broker: BrokerProcess) -> None:
 
 
 def test_long_poll_is_woken_by_an_append(shared_broker: BrokerProcess) -> None:
-    _create(shared_broker, "poll")
+    create_topic(shared_broker, "poll")
     with RawClient(shared_broker.bootstrap) as reader, RawClient(shared_broker.bootstrap) as writer:
         timer = threading.Timer(0.3, lambda: _produce_batch(writer, "poll", [b"wake"]))
         started = time.monotonic()
@@ -123,7 +75,7 @@ def test_long_poll_is_woken_by_an_append(shared_broker: BrokerProcess) -> None:
 
 
 def test_long_poll_times_out_empty(shared_broker: BrokerProcess) -> None:
-    _create(shared_broker, "quiet")
+    create_topic(shared_broker, "quiet")
     with RawClient(shared_broker.bootstrap) as client:
         started = time.monotonic()
         partition = _fetch(client, "quiet", 0, max_wait_ms=400)
@@ -133,7 +85,7 @@ def test_long_poll_times_out_empty(shared_broker: BrokerProcess) -> None:
 
 
 def test_log_append_time_topic(shared_broker: BrokerProcess) -> None:
-    _create(shared_broker, "stamped", **{"message.timestamp.type": "LogAppendTime"})
+    create_topic(shared_broker, "stamped", **{"message.timestamp.type": "LogAppendTime"})
     before = int(time.time() * 1000)
     produce(shared_broker, "stamped", [(None, b"a", None, 0)])
     got = consume(shared_broker, "stamped", 1, 1)
@@ -143,7 +95,7 @@ def test_log_append_time_topic(shared_broker: BrokerProcess) -> None:
 
 
 def test_write_caching_topic_acks_before_flush(shared_broker: BrokerProcess) -> None:
-    _create(shared_broker, "cached", **{"write.caching": "true"})
+    create_topic(shared_broker, "cached", **{"write.caching": "true"})
     delivered = produce(
         shared_broker, "cached", [(None, f"{i}".encode(), None, 0) for i in range(100)], acks="all"
     )
@@ -152,28 +104,13 @@ def test_write_caching_topic_acks_before_flush(shared_broker: BrokerProcess) -> 
 
 
 def test_list_offsets_by_time_finds_the_record_inside_a_batch(shared_broker: BrokerProcess) -> None:
-    _create(shared_broker, "timed")
+    create_topic(shared_broker, "timed")
     with RawClient(shared_broker.bootstrap) as client:
         batch = build_batch(
             [(None, f"{i}".encode(), []) for i in range(10)],
             timestamps=[1000 + 10 * i for i in range(10)],
         )
-        response = client.call(
-            0,
-            9,
-            ProduceRequest(
-                acks=-1,
-                timeout_ms=5000,
-                topic_data=[
-                    ProduceRequest.TopicProduceData(
-                        name="timed",
-                        partition_data=[
-                            ProduceRequest.PartitionProduceData(index=0, records=batch)
-                        ],
-                    )
-                ],
-            ),
-        )
+        response = client.call(0, 9, produce_request("timed", batch))
         assert response.responses[0].partition_responses[0].error_code == ErrorCode.NONE
         from wire.messages.list_offsets import ListOffsetsRequest
 

@@ -5,30 +5,16 @@ from __future__ import annotations
 import pytest
 
 from tests.support.broker import BrokerProcess
-from tests.support.raw_client import RawClient, request
+from tests.support.raw_client import RawClient, fetch_request, produce_request, request
 from wire.errors import ErrorCode
 from wire.messages.create_topics import CreateTopicsRequest
-from wire.messages.produce import ProduceRequest
 from wire.records import build_batch, iter_records
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
 
 
 def _produce(client: RawClient, topic: str, batch: bytes, acks: int = -1):  # type: ignore[no-untyped-def]
-    response = client.call(
-        0,
-        9,
-        ProduceRequest(
-            acks=acks,
-            timeout_ms=5000,
-            topic_data=[
-                ProduceRequest.TopicProduceData(
-                    name=topic,
-                    partition_data=[ProduceRequest.PartitionProduceData(index=0, records=batch)],
-                )
-            ],
-        ),
-    )
+    response = client.call(0, 9, produce_request(topic, batch, acks=acks))
     return response.responses[0].partition_responses[0]
 
 
@@ -119,33 +105,7 @@ def test_sequences_duplicates_gaps_and_epochs(broker: BrokerProcess) -> None:
 
 
 def _read_all(client: RawClient, topic: str) -> bytes:
-    from wire.messages.fetch import FetchRequest
-
-    response = client.call(
-        1,
-        12,
-        FetchRequest(
-            replica_id=-1,
-            max_wait_ms=0,
-            min_bytes=0,
-            max_bytes=1 << 20,
-            session_id=0,
-            session_epoch=-1,
-            topics=[
-                FetchRequest.FetchTopic(
-                    topic=topic,
-                    partitions=[
-                        FetchRequest.FetchPartition(
-                            partition=0,
-                            current_leader_epoch=-1,
-                            fetch_offset=0,
-                            partition_max_bytes=1 << 20,
-                        )
-                    ],
-                )
-            ],
-        ),
-    )
+    response = client.call(1, 12, fetch_request(topic, min_bytes=0))
     partition = response.responses[0].partitions[0]
     assert partition.error_code == ErrorCode.NONE
     return bytes(partition.records)

@@ -9,11 +9,11 @@ import time
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
 
 from shards.shard_table import shard_of
-from tests.integration.test_confluent import _create, consume, produce
+from tests.support.acked import StreamingProducer, assert_acknowledged_kept, read_whole_log
 from tests.support.broker import BrokerProcess
+from tests.support.kafka import consume, create_topic, produce
 from tests.support.raw_client import RawClient
 from wire.messages.produce import ProduceRequest
 from wire.records import build_batch
@@ -41,7 +41,7 @@ def _partitions_on_both_shards(topic: str, count: int) -> None:
 
 def test_many_connections_keep_per_partition_order(two_shards: BrokerProcess) -> None:
     topic = "spread"
-    _create(two_shards, topic, partitions=8)
+    create_topic(two_shards, topic, partitions=8)
     _partitions_on_both_shards(topic, 8)
     errors: list[str] = []
 
@@ -79,7 +79,7 @@ def test_many_connections_keep_per_partition_order(two_shards: BrokerProcess) ->
 
 def test_one_request_spanning_both_shards_and_pipelined(two_shards: BrokerProcess) -> None:
     topic = "span"
-    _create(two_shards, topic, partitions=4)
+    create_topic(two_shards, topic, partitions=4)
     _partitions_on_both_shards(topic, 4)
     with RawClient(two_shards.bootstrap) as client:
         correlations = []
@@ -112,69 +112,20 @@ def test_one_request_spanning_both_shards_and_pipelined(two_shards: BrokerProces
 
 def test_kill9_of_one_shard_stops_node_and_loses_nothing(two_shards: BrokerProcess) -> None:
     topic = "survivor"
-    _create(two_shards, topic, partitions=4)
+    create_topic(two_shards, topic, partitions=4)
     _partitions_on_both_shards(topic, 4)
-    acknowledged: list[tuple[int, int, bytes]] = []
-    stop = threading.Event()
-    producer = Producer(
-        {
-            "bootstrap.servers": two_shards.bootstrap,
-            "acks": "all",
-            "linger.ms": 2,
-            "message.timeout.ms": 5000,
-        }
-    )
-
-    def on_delivery(err: object, msg: object) -> None:
-        if err is None:
-            acknowledged.append((msg.partition(), msg.offset(), msg.value()))  # type: ignore[attr-defined]
-
-    def run() -> None:
-        sequence = 0
-        deadline = time.monotonic() + 60
-        while not stop.is_set() and time.monotonic() < deadline:
-            try:
-                producer.produce(topic, value=f"{sequence:08d}".encode(), on_delivery=on_delivery)
-                sequence += 1
-            except BufferError:
-                pass
-            producer.poll(0.001 if sequence % 100 else 0.01)
-
-    thread = threading.Thread(target=run)
-    thread.start()
-    try:
-        deadline = time.monotonic() + 60
-        while len(acknowledged) < 10_000 and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert len(acknowledged) >= 10_000
-        shard1 = two_shards.shard_pids()[1]
-        os.kill(shard1, signal.SIGKILL)
+    with StreamingProducer(two_shards, topic) as producer:
+        producer.wait_for(10_000)
+        os.kill(two_shards.shard_pids()[1], signal.SIGKILL)
         # The supervisor sees it, stops shard 0 cleanly and exits non-zero (fail fast).
         assert two_shards.process is not None
         assert two_shards.process.wait(timeout=60) == 1
-    finally:
-        stop.set()
-        thread.join(timeout=30)
-        producer.flush(1)
     assert "shard 1" in two_shards.log() and "killed by signal 9" in two_shards.log()
     two_shards.stop()
-    acked = list(acknowledged)
+    acked = list(producer.acknowledged)
     two_shards.start()
-    consumer = Consumer({"bootstrap.servers": two_shards.bootstrap, "group.id": "check"})
-    try:
-        ends = [
-            consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
-            for p in range(4)
-        ]
-    finally:
-        consumer.close()
-    stored: dict[tuple[int, int], bytes] = {}
-    for m in consume(two_shards, topic, 4, sum(ends)):
-        stored[(m.partition(), m.offset())] = m.value()
-    for partition, offset, value in acked:
-        assert stored.get((partition, offset)) == value, f"acknowledged {partition}/{offset} lost"
-    for p in range(4):
-        assert sorted(o for (q, o) in stored if q == p) == list(range(ends[p]))
+    stored, ends = read_whole_log(two_shards, topic, 4)
+    assert_acknowledged_kept(acked, stored, ends)
 
 
 def _tree_rss_mib(broker: BrokerProcess) -> float:
@@ -196,7 +147,7 @@ def test_producer_flood_over_the_budget_stays_bounded(tmp_path: Path) -> None:
     finally:
         del os.environ["KRILL_MEMORY_BUDGET_BYTES"]
     try:
-        _create(node, "flood", partitions=4)
+        create_topic(node, "flood", partitions=4)
         baseline = _tree_rss_mib(node)
         peak = [baseline]
         done = threading.Event()

@@ -42,8 +42,9 @@ def make_batch(timestamps: list[int], value_bytes: int = 10, fill: int = 0x61) -
         _record(i, ts - base_ts, bytes([fill]) * value_bytes) for i, ts in enumerate(timestamps)
     )
     after_crc = (
-        _AFTER_CRC.pack(0, len(timestamps) - 1, base_ts, max(timestamps), -1, -1, -1,
-                        len(timestamps))
+        _AFTER_CRC.pack(
+            0, len(timestamps) - 1, base_ts, max(timestamps), -1, -1, -1, len(timestamps)
+        )
         + records
     )
     crc = crc32c.crc32c(after_crc)

@@ -35,7 +35,7 @@ def everything(log: DiskLog) -> list[bytes]:
     while offset < log.next_offset:
         data = log.read_bytes(offset, BIG, BIG)
         headers = iter_batches(data)
-        out += [data[h.position:h.position + h.size] for h in headers]
+        out += [data[h.position : h.position + h.size] for h in headers]
         offset = headers[-1].next_offset
     return out
 

@@ -40,8 +40,9 @@ def test_read_returns_fileslice_or_memoryview(make_log):
     append(log, make_batch([1]))
     region = log.read(0, BIG, 1)
     assert isinstance(region, FileSlice | memoryview)
-    assert region is not None and len(bytes(region.read() if isinstance(region, FileSlice)
-                                            else region)) == len(make_batch([1]))
+    assert region is not None and len(
+        bytes(region.read() if isinstance(region, FileSlice) else region)
+    ) == len(make_batch([1]))
 
 
 def test_offsets_contiguous_across_batches_and_appends(make_log):

@@ -16,11 +16,13 @@ from wire.messages import (
     response_class,
     response_header_version,
 )
+from wire.messages.fetch import FetchRequest
+from wire.messages.produce import ProduceRequest
 from wire.messages.request_header import RequestHeader
 from wire.messages.response_header import ResponseHeader
 from wire.primitives import Reader, Writer
 
-__all__ = ["RawClient"]
+__all__ = ["RawClient", "fetch_request", "produce_request", "request"]
 
 _TIMEOUT_S = 10.0
 
@@ -104,3 +106,55 @@ class RawClient:
 
 def request(api_key: int, **fields: Any) -> Any:
     return request_class(api_key)(**fields)
+
+
+def produce_request(
+    topic: str, records: bytes | bytearray, *, acks: int = -1, partition: int = 0
+) -> ProduceRequest:
+    """One record set for one partition (Produce v3+)."""
+    return ProduceRequest(
+        acks=acks,
+        timeout_ms=5000,
+        topic_data=[
+            ProduceRequest.TopicProduceData(
+                name=topic,
+                partition_data=[
+                    ProduceRequest.PartitionProduceData(index=partition, records=records)
+                ],
+            )
+        ],
+    )
+
+
+def fetch_request(
+    topic: str,
+    offset: int = 0,
+    *,
+    partition: int = 0,
+    max_wait_ms: int = 0,
+    min_bytes: int = 1,
+    max_bytes: int = 1 << 20,
+    partition_max_bytes: int = 1 << 20,
+) -> FetchRequest:
+    """A full (sessionless) fetch of one partition (Fetch v4-12)."""
+    return FetchRequest(
+        replica_id=-1,
+        max_wait_ms=max_wait_ms,
+        min_bytes=min_bytes,
+        max_bytes=max_bytes,
+        session_id=0,
+        session_epoch=-1,
+        topics=[
+            FetchRequest.FetchTopic(
+                topic=topic,
+                partitions=[
+                    FetchRequest.FetchPartition(
+                        partition=partition,
+                        current_leader_epoch=-1,
+                        fetch_offset=offset,
+                        partition_max_bytes=partition_max_bytes,
+                    )
+                ],
+            )
+        ],
+    )
