@@ -215,6 +215,23 @@ class Partition(LoopActor):
         self._fail_waiters(ErrorCode.NOT_LEADER_OR_FOLLOWER)
         self._wake_watchers()
 
+    def on_dropped(self, message: Any) -> None:
+        # Told after the stop (its topic was deleted): the sender still waits for an answer,
+        # and a cross-core producer holds the batch's arena region until phase one.
+        gone = ErrorCode.NOT_LEADER_OR_FOLLOWER
+        if isinstance(message, Produce):
+            if message.on_dispatched is not None:
+                message.on_dispatched()
+            self._answer(message, ProduceResult(gone))
+        elif isinstance(message, Read):
+            message.reply(ReadResult(gone))
+        elif isinstance(message, WatchHighWatermark):
+            message.callback()
+        elif isinstance(message, ListOffset):
+            message.reply(ListOffsetResult(gone))
+        elif isinstance(message, EpochEndOffset):
+            message.reply((gone, -1, -1))
+
     def on_receive(self, message: Any) -> Any:
         handler = self._handlers.get(type(message))
         if handler is None:

@@ -208,6 +208,7 @@ class LoopActor(pykka.Actor):
         while not inbox.empty():
             envelope = inbox.get()
             if envelope.reply_to is None:
+                self.on_dropped(envelope.message)
                 continue
             if isinstance(envelope.message, messages._ActorStop):
                 envelope.reply_to.set(None)
@@ -215,6 +216,9 @@ class LoopActor(pykka.Actor):
                 envelope.reply_to.set_exception(
                     exc_info=(ActorDeadError, ActorDeadError(f"{self} stopped"), None)
                 )
+
+    def on_dropped(self, message: Any) -> None:
+        """A told message left in the inbox when the actor stopped; answer it if it waits."""
 
     def call_later(self, delay_s: float, callback: Callable[[], None]) -> asyncio.TimerHandle:
         """A timer on the shard loop; the callback runs in this actor's context."""

@@ -45,17 +45,12 @@ TARGET_CPU_US_PER_PRODUCE_REQ = 150.0
 TARGET_RSS_MIB_100_PARTITIONS = 200.0
 TARGET_FIXED_RATE_P99_MS = 20.0
 FIXED_RATE = 20_000
-# Issue 3 (per-core shards): 2 shards against 1, and the cross-core path against the local one.
-TARGET_CPU_PER_GB_2_OVER_1 = 1.1  # broker CPU-s per GB produced, --smp 2 over --smp 1
-TARGET_PRODUCE_2_OVER_1 = 1.0  # produce msg/s, --smp 2 over --smp 1
-TARGET_CROSS_OVER_LOCAL_CPU_PER_GB = 1.3  # produce, cross-core partition over local one
-SHARD_CASE_SPEC = {"value_bytes": 1024, "partitions": 6}  # as produce_consume_1k_x6
 
 PRODUCE_CASES = {
     "produce_consume_1k_x6": {"value_bytes": 1024, "partitions": 6},
     "produce_consume_100b_x1": {"value_bytes": 100, "partitions": 1},
 }
-SHARD_CASES = ["shards_1_vs_2", "cross_core_vs_local"]
+SHARD_CASES = ["shards_1_vs_2", "cross_core_vs_local"]  # bench/shards.py
 GROUP_CASES = ["offset_commit_rate", "rebalance_time"]  # bench/groups.py
 ALL_CASES = ["ceilings", *PRODUCE_CASES, "rss_100_partitions", *SHARD_CASES, *GROUP_CASES]
 
@@ -862,187 +857,6 @@ def run_rss_100_partitions(args: argparse.Namespace) -> dict[str, Any]:
     return res
 
 
-def run_shards_1_vs_2(args: argparse.Namespace, ceilings: dict[str, Any]) -> dict[str, Any]:
-    """The 1 KiB x 6 workload on a fresh ``--smp 1`` broker, then on a fresh ``--smp 2`` one."""
-    case = "shards_1_vs_2"
-    vbytes, parts = SHARD_CASE_SPEC["value_bytes"], SHARD_CASE_SPEC["partitions"]
-    n = args.messages or (20_000 if args.quick else 200_000)
-    fixed_s = args.fixed_seconds or (2.0 if args.quick else 5.0)
-    res = header(case, args)
-    res["smp"] = [1, 2]
-    res.update({"messages": n, "value_bytes": vbytes, "partitions": parts, "acks": "all"})
-    value = os.urandom(vbytes)
-    topic = f"bench-{case}"
-    t0 = time.monotonic()
-    errors: list[str] = []
-    for smp in (1, 2):
-        sub: dict[str, Any] = {"smp": smp}
-        t1 = time.monotonic()
-        broker = Broker(smp=smp, krill=args.krill, data_root=args.data_root, keep=args.keep)
-        try:
-            with broker, RssSampler(broker.pid) as rss:
-                sub["broker_pid"] = broker.pid
-                sub["broker_start_s"] = round(time.monotonic() - t1, 3)
-                sub["topic_create_s"] = round(create_topic(broker.bootstrap, topic, parts), 3)
-                sub["idle"] = idle_cpu(broker, 1.0 if args.quick else 2.0)
-                try:
-                    _run_workload(
-                        sub, broker, topic, n, value, parts, fixed_s, args,
-                        f"{case} smp={smp}", by_process=True,
-                    )  # fmt: skip
-                finally:
-                    _broker_live_figures(sub, broker, rss)
-        except Exception as e:
-            sub["error"] = f"{type(e).__name__}: {e}"
-            errors.append(f"smp {smp}: {sub['error']}")
-            log(f"{case} smp={smp} FAILED: {sub['error']}")
-            log(f"broker log tail:\n{broker.log_tail(30)}")
-        finally:
-            _broker_stop_figures(sub, broker)
-        for key in ("produce", "consume", "fixed_rate_20k"):
-            _add_cpu_per_gb(sub.get(key), vbytes)
-        sub["vs_ceiling"] = vs_ceiling(sub, ceilings)
-        sub.setdefault("error", None)
-        sub["wall_s"] = round(time.monotonic() - t1, 2)
-        res[f"smp_{smp}"] = sub
-
-    def ratio(*path: str) -> float | None:
-        return _ratio(_get(res, "smp_2", *path), _get(res, "smp_1", *path))
-
-    res["cpu_per_gb_2_over_1"] = ratio("produce", "broker_cpu_s_per_gb")
-    res["consume_cpu_per_gb_2_over_1"] = ratio("consume", "broker_cpu_s_per_gb")
-    res["fixed_rate_cpu_per_gb_2_over_1"] = ratio("fixed_rate_20k", "broker_cpu_s_per_gb")
-    res["produce_2_over_1"] = ratio("produce", "msgs_per_s")
-    res["consume_2_over_1"] = ratio("consume", "msgs_per_s")
-    res["fixed_rate_p99_2_over_1"] = ratio("fixed_rate_20k", "latency_ms", "p99")
-    res["target_met"] = {
-        "cpu_per_gb_2_le_1_1x_1": _cmp(
-            res["cpu_per_gb_2_over_1"], "le", TARGET_CPU_PER_GB_2_OVER_1
-        ),
-        "produce_2_ge_1": _cmp(res["produce_2_over_1"], "ge", TARGET_PRODUCE_2_OVER_1),
-    }
-    res["loadavg_end"] = loadavg()
-    res["wall_s"] = round(time.monotonic() - t0, 2)
-    res["error"] = "; ".join(errors) or None
-    return res
-
-
-def _topic_on_shard(prefix: str, shard: int, shards: int = 2) -> str:
-    """The first ``<prefix>-<i>`` whose partition 0 is owned by ``shard``."""
-    from shards.shard_table import shard_of
-
-    for i in range(1000):
-        name = f"{prefix}-{i}"
-        if shard_of(name, 0, shards) == shard:
-            return name
-    raise CaseError(f"no topic {prefix}-0..999 is owned by shard {shard} of {shards}")
-
-
-def run_cross_core_vs_local(args: argparse.Namespace) -> dict[str, Any]:
-    """``--smp 2`` with ``KRILL_KAFKA_SHARDS=1``: every connection is on shard 0, so a
-    partition owned by shard 1 is always reached over the pipes, one owned by shard 0 never.
-    """
-    case = "cross_core_vs_local"
-    vbytes = 1024
-    n = args.messages or (20_000 if args.quick else 200_000)
-    warmup = max(1, min(2_000, n // 10))
-    fixed_s = args.fixed_seconds or (2.0 if args.quick else 5.0)
-    env = {"KRILL_KAFKA_SHARDS": "1"}
-    res = header(case, args)
-    res["smp"] = 2
-    res.update({
-        "messages": n, "warmup_messages": warmup, "value_bytes": vbytes, "partitions": 1,
-        "acks": "all", "broker_env": env,
-    })  # fmt: skip
-    value = os.urandom(vbytes)
-    t0 = time.monotonic()
-    paths = {"local": {"owner_shard": 0}, "cross": {"owner_shard": 1}}
-    broker = EnvBroker(env=env, smp=2, krill=args.krill, data_root=args.data_root, keep=args.keep)
-    try:
-        for key, prefix in (("local", "bench-local"), ("cross", "bench-cross")):
-            paths[key]["topic"] = _topic_on_shard(prefix, paths[key]["owner_shard"])
-            res[key] = paths[key]
-        with broker, RssSampler(broker.pid) as rss:
-            check = liveness(broker)
-            cpu = ProcessCpu(broker)
-            res["broker_pid"] = broker.pid
-            res["broker_start_s"] = round(time.monotonic() - t0, 3)
-
-            def phase(key: str, name: str, fn: Callable[[], dict[str, Any]]) -> None:
-                before = cpu.snapshot()
-                out = fn()
-                out["broker_cpu_s_by_process"] = cpu.since(before)
-                _add_cpu_per_gb(out, vbytes)
-                res[key][name] = out
-
-            try:
-                for key in ("local", "cross"):
-                    topic = res[key]["topic"]
-                    res[key]["topic_create_s"] = round(create_topic(broker.bootstrap, topic, 1), 3)
-                    # Untimed: connections, metadata, first segment, both paths warm.
-                    log(f"{case}: warm-up {warmup} messages to {topic}")
-                    produce_max(
-                        broker.bootstrap, topic, warmup, value, 1,
-                        timeout=args.phase_timeout, stall_timeout=args.stall_timeout,
-                        check=check, broker_pid=broker.pid,
-                    )  # fmt: skip
-                res["idle"] = idle_cpu(broker, 1.0 if args.quick else 2.0)
-                # Phases alternate local / cross so load drift hits both alike.
-                for key in ("local", "cross"):
-                    topic = res[key]["topic"]
-                    log(f"{case}: producing {n} x {vbytes} B to {topic} ({key})")
-                    phase(key, "produce", lambda t=topic: produce_max(
-                        broker.bootstrap, t, n, value, 1,
-                        timeout=args.phase_timeout, stall_timeout=args.stall_timeout,
-                        check=check, broker_pid=broker.pid,
-                    ))  # fmt: skip
-                    log(f"{case}: {key} produce {res[key]['produce']['msgs_per_s']} msg/s")
-                for key in ("local", "cross"):
-                    topic = res[key]["topic"]
-                    phase(key, "consume", lambda t=topic: consume_all(
-                        broker.bootstrap, t, 1, n + warmup,
-                        stall_timeout=args.stall_timeout, timeout=args.phase_timeout,
-                        check=check, broker_pid=broker.pid,
-                    ))  # fmt: skip
-                    log(f"{case}: {key} consume {res[key]['consume']['msgs_per_s']} msg/s")
-                for key in ("local", "cross"):
-                    topic = res[key]["topic"]
-                    phase(key, "fixed_rate_20k", lambda t=topic: produce_fixed_rate(
-                        broker.bootstrap, t, value, 1,
-                        rate=FIXED_RATE, seconds=fixed_s, stall_timeout=args.stall_timeout,
-                        check=check, broker_pid=broker.pid,
-                    ))  # fmt: skip
-                    p99 = res[key]["fixed_rate_20k"]["latency_ms"]["p99"]
-                    log(f"{case}: {key} fixed rate p99 {p99} ms")
-            finally:
-                _broker_live_figures(res, broker, rss)
-    except Exception as e:
-        res["error"] = f"{type(e).__name__}: {e}"
-        log(f"{case} FAILED: {res['error']}")
-        log(f"broker log tail:\n{broker.log_tail(30)}")
-    finally:
-        _broker_stop_figures(res, broker)
-
-    def ratio(*path: str) -> float | None:
-        return _ratio(_get(res, "cross", *path), _get(res, "local", *path))
-
-    res["cross_over_local_cpu_per_gb"] = ratio("produce", "broker_cpu_s_per_gb")
-    res["consume_cross_over_local_cpu_per_gb"] = ratio("consume", "broker_cpu_s_per_gb")
-    res["fixed_rate_cross_over_local_cpu_per_gb"] = ratio("fixed_rate_20k", "broker_cpu_s_per_gb")
-    res["produce_cross_over_local"] = ratio("produce", "msgs_per_s")
-    res["consume_cross_over_local"] = ratio("consume", "msgs_per_s")
-    res["fixed_rate_p99_cross_over_local"] = ratio("fixed_rate_20k", "latency_ms", "p99")
-    res["target_met"] = {
-        "cross_over_local_cpu_per_gb_le_1_3": _cmp(
-            res["cross_over_local_cpu_per_gb"], "le", TARGET_CROSS_OVER_LOCAL_CPU_PER_GB
-        ),
-    }
-    res["loadavg_end"] = loadavg()
-    res["wall_s"] = round(time.monotonic() - t0, 2)
-    res.setdefault("error", None)
-    return res
-
-
 # --------------------------------------------------------------------------- main
 
 
@@ -1055,6 +869,10 @@ def main(argv: list[str] | None = None) -> int:
     )  # fmt: skip
     ap.add_argument("--messages", type=int, default=0, help="override the message count")
     ap.add_argument("--fixed-seconds", type=float, default=0.0, help="fixed-rate phase length")
+    ap.add_argument(
+        "--rounds", type=int, default=0,
+        help="produce rounds per side in the shard cases (default 6, 2 with --quick)",
+    )  # fmt: skip
     ap.add_argument("--smp", type=int, default=1, help="passed to krill start --smp")
     ap.add_argument("--krill", default=None, help="path to the krill executable")
     ap.add_argument("--data-root", default=None, help="where temp data dirs go (default $TMPDIR)")
@@ -1117,10 +935,14 @@ def main(argv: list[str] | None = None) -> int:
         elif case == "rss_100_partitions":
             emit(run_rss_100_partitions(args))
         elif case == "shards_1_vs_2":
+            from bench import shards
+
             local = c_res if args.ceilings_once else ceil.measure(args.data_root, quick=True)
-            emit(run_shards_1_vs_2(args, local))
+            emit(shards.run_shards_1_vs_2(args, local))
         elif case == "cross_core_vs_local":
-            emit(run_cross_core_vs_local(args))
+            from bench import shards
+
+            emit(shards.run_cross_core_vs_local(args))
         elif case in GROUP_CASES:
             from bench import groups
 

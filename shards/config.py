@@ -79,6 +79,9 @@ class NodeConfig:
     segment_ms: int = 7 * DAY_MS
     # Bytes in flight per shard before its connections stop reading (shards/memory.py).
     memory_budget_bytes: int = limits.shard_memory_budget_bytes
+    # Each shard's shared memory for batches it forwards to other shards (shards/arena.py);
+    # 0 sends every forwarded batch as a pipe frame instead.
+    pipe_arena_bytes: int = limits.pipe_arena_bytes
     # Shards that accept Kafka connections: 0 means all. A bench and test knob: with 1, every
     # connection lands on shard 0, so partitions owned elsewhere take the cross-core path.
     kafka_shards: int = 0
@@ -105,6 +108,8 @@ class NodeConfig:
                      "offsets_topic_partitions"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be at least 1, not {getattr(self, name)}")
+        if self.pipe_arena_bytes < 0:
+            raise ConfigError(f"pipe_arena_bytes must not be negative, not {self.pipe_arena_bytes}")
         if self.group_initial_rebalance_delay_ms < 0:
             raise ConfigError("group_initial_rebalance_delay_ms must not be negative, not "
                               f"{self.group_initial_rebalance_delay_ms}")
@@ -162,8 +167,8 @@ _FIELD_TYPES: dict[str, type] = {
     "advertise_port": int, "node_id": int, "smp": int, "reader_host": str, "reader_port": int,
     "rpc_port": int, "admin_port": int, "auto_create_topics": bool, "default_partitions": int,
     "default_replicas": int, "message_max_bytes": int, "segment_bytes": int, "segment_ms": int,
-    "memory_budget_bytes": int, "offsets_topic_partitions": int, "kafka_shards": int,
-    "group_initial_rebalance_delay_ms": int,
+    "memory_budget_bytes": int, "pipe_arena_bytes": int, "offsets_topic_partitions": int,
+    "kafka_shards": int, "group_initial_rebalance_delay_ms": int,
     "storage_mode": str, "log_level": str,
 }
 _OPTIONAL_FIELDS = ("advertise_host", "advertise_port")

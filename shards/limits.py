@@ -37,6 +37,10 @@ pipe_flush_messages_per_turn_max = 256
 pipe_batch_messages_max = 256
 # A header carries type, correlation, partition and sizes: anything bigger is our bug.
 pipe_header_bytes_max = 64 * 1024
+# Each shard's shared-memory arena for cross-core produce batches (shards/arena.py). Regions
+# live from the forward to the owner's phase-one answer, a loop turn or two; this holds dozens
+# of full-size batches in flight. A batch that finds no room goes as a pipe frame instead.
+pipe_arena_bytes = 16 * 1024 * 1024
 # sun_path is 108 bytes on Linux; keep a margin so a long run_dir fails here, loudly.
 pipe_path_chars_max = 100
 

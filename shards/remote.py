@@ -147,22 +147,40 @@ class RemotePartition:
 
 def _send_produce(ref: RemotePartition, m: Produce) -> None:
     user_reply = m.reply
+    router = ref._router
+    region = router.arena_put(m.records)
+    released = region is None
+
+    def release() -> None:
+        nonlocal released
+        if not released:
+            released = True
+            router.arena_release(region)  # type: ignore[arg-type]
 
     def on_reply(header: dict[str, Any], _frames: list[Any]) -> bool:
+        # Whichever answer comes first, the owner is done with the arena region by then.
+        release()
         if header.get("k") == "dispatched":
-            ref._router.dispatched += 1
-            return True  # phase two, "produced", follows
-        assert user_reply is not None
-        user_reply(
-            ProduceResult(
-                ErrorCode(header["e"]), header["o"], header["lat"], header["lso"], header.get("m")
-            )
-        )
+            router.dispatched += 1
+            return user_reply is not None  # phase two, "produced", follows unless acks=0
+        if user_reply is not None:
+            user_reply(
+                ProduceResult(
+                    ErrorCode(header["e"]), header["o"], header["lat"], header["lso"],
+                    header.get("m"),
+                )
+            )  # fmt: skip
         return False
 
-    ref._call(
-        "produce", {"acks": m.acks}, [m.records], on_reply if user_reply is not None else None
-    )
+    if region is None:
+        fields: dict[str, Any] = {"acks": m.acks}
+        payloads = [m.records]
+    else:  # the batches are in this shard's arena; the owner reads them there
+        fields = {"acks": m.acks, "a": [region, m.records.nbytes]}
+        payloads = []
+    # With acks=0 and a payload frame nothing comes back; a region must come back to be freed.
+    wants_reply = user_reply is not None or region is not None
+    ref._call("produce", fields, payloads, on_reply if wants_reply else None)
 
 
 def _send_read(ref: RemotePartition, m: Read) -> None:

@@ -41,6 +41,7 @@ from actors.partition import (
 from actors.runtime import current_loop
 from actors.services import TopicTable
 from shards import limits, pipe_codec
+from shards.arena import ArenaSet
 from shards.remote import Reply, result_to_wire, table_from_wire, table_to_wire
 from storage import FileSlice
 from wire.errors import DecodeError, ErrorCode
@@ -55,12 +56,15 @@ class Router:
     """One shard's end of every pipe: sends calls, matches replies, serves the owner side.
 
     `shard` is the local Shard (it implements actors.services.Services); `mesh` gives a writer
-    per target shard.
+    per target shard; `arenas` (shards/arena.py), when given, carry produced batches by
+    reference instead of as payload frames.
     """
 
-    def __init__(self, shard: Any, mesh: Any) -> None:
+    def __init__(self, shard: Any, mesh: Any, arenas: ArenaSet | None = None) -> None:
         self._shard = shard
         self._mesh = mesh
+        self._arenas = arenas
+        self.arena_misses = 0  # batches that found no room in the arena and went as frames
         self._next_id = 1
         self._pending: dict[int, Reply] = {}
         # Messages for each target gathered during one loop turn, sent as one pipe message.
@@ -195,9 +199,15 @@ class Router:
         return self._shard.local_partition(header["topic"], header["p"])
 
     def _serve_produce(self, source: int, h: dict[str, Any], frames: list[Any]) -> None:
-        # The pipe's frame is read-only: the log patches offsets in place, so copy it once.
-        records = bytearray(frames[0])
+        where = h.get("a")
+        if where is not None:  # in the source's arena, ours until we answer
+            assert self._arenas is not None, "arena region from a peer, but no arenas here"
+            records = self._arenas.peer_view(source, where[0], where[1])
+        else:
+            # The pipe's frame is read-only: the log patches offsets in place, so copy it once.
+            records = memoryview(bytearray(frames[0]))
         wants_reply = "id" in h
+        acks = h["acks"]
 
         def dispatched() -> None:
             self._answer(source, h, {"k": "dispatched"})
@@ -215,24 +225,44 @@ class Router:
                 },
             )
 
+        def refused(result: ProduceResult) -> None:
+            # One answer either way; with acks=0 the source only waits to free its region.
+            if wants_reply:
+                (produced if acks != 0 else lambda _r: dispatched())(result)
+
         try:
             headers = iter_batches(records, check_crc=False)  # checked by the source shard
         except DecodeError:  # our bug: the source shard validated these bytes
             log.exception("batches from shard %d do not parse", source)
-            if wants_reply:
-                produced(ProduceResult(ErrorCode.CORRUPT_MESSAGE))
+            refused(ProduceResult(ErrorCode.CORRUPT_MESSAGE))
             return
         ref = self._local(h)
+        # The partition appends in the turn it takes the message, before "dispatched" can
+        # leave this shard: so "dispatched" also tells the source its region is free.
         message = Produce(
-            memoryview(records),
+            records,
             headers,
-            h["acks"],
-            produced if wants_reply else None,
+            acks,
+            produced if wants_reply and acks != 0 else None,
             dispatched if wants_reply else None,
         )
         if ref is None or not send(ref, message):
-            if wants_reply:
-                produced(ProduceResult(ErrorCode.NOT_LEADER_OR_FOLLOWER))
+            refused(ProduceResult(ErrorCode.NOT_LEADER_OR_FOLLOWER))
+
+    # Arena regions of this shard (the source side of a cross-core produce) ---------------
+
+    def arena_put(self, records: memoryview) -> int | None:
+        """Copy `records` into this shard's arena; the region's offset, or None: no room."""
+        if self._arenas is None:
+            return None
+        start = self._arenas.own.put(records)
+        if start is None:
+            self.arena_misses += 1
+        return start
+
+    def arena_release(self, start: int) -> None:
+        assert self._arenas is not None
+        self._arenas.own.release(start)
 
     def _serve_read(self, source: int, h: dict[str, Any], _frames: list[Any]) -> None:
         budget = FetchBudget(h["rem"])

@@ -44,6 +44,7 @@ from actors.runtime import bind_loop, stop_all_actors
 from actors.services import BrokerSettings, TopicTable
 from actors.topic_config import TopicSettings
 from shards import limits
+from shards.arena import ArenaSet
 from shards.config import NodeConfig
 from shards.io_pool import IoPool
 from shards.memory import MemoryBudget
@@ -61,7 +62,14 @@ _PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
 class Shard:
-    def __init__(self, config: NodeConfig, shard_id: int, shards: int, run_dir: str) -> None:
+    def __init__(
+        self,
+        config: NodeConfig,
+        shard_id: int,
+        shards: int,
+        run_dir: str,
+        arena_fds: list[int] | None = None,
+    ) -> None:
         self.config = config
         self.shard_id = shard_id
         self.shards = shards
@@ -92,6 +100,7 @@ class Shard:
         self._group_coordinator: ActorRef[Any] | None = None
         self._mesh: Any = None
         self._router: Router | None = None
+        self._arenas = ArenaSet.from_fds(shard_id, arena_fds) if arena_fds else None
         self.memory = MemoryBudget(config.memory_budget_bytes, self._pipe_backlog_bytes)
         self._listener: socket.socket | None = None
         self._reader: ReaderEndpoint | None = None  # shard 0 only
@@ -221,7 +230,7 @@ class Shard:
                 self._on_pipe_message,
                 on_backlog=lambda _target, _bytes: self.memory.wake(),
             )
-            self._router = Router(self, self._mesh)
+            self._router = Router(self, self._mesh, self._arenas)
         if self.shard_id == 0:
             self._controller = Controller.start(self.settings, self.publish_topics)
         else:
@@ -377,6 +386,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--supervisor-pid", type=int, default=os.getppid())
     parser.add_argument("--shards", type=int, default=1)
     parser.add_argument("--run-dir", default="")
+    parser.add_argument("--arena-fds", default="", help="memfds of every shard's arena, in order")
     args = parser.parse_args(argv)
     config = NodeConfig.from_json(args.config_json)
     setup_logging(config.log_level, args.shard)
@@ -385,7 +395,8 @@ def main(argv: list[str] | None = None) -> int:
     _raise_open_files_limit()
     threading.current_thread().name = f"shard{args.shard}"
     try:
-        Shard(config, args.shard, args.shards, args.run_dir).run()
+        arena_fds = [int(fd) for fd in args.arena_fds.split(",")] if args.arena_fds else None
+        Shard(config, args.shard, args.shards, args.run_dir, arena_fds).run()
     except OSError as e:
         log.error("shard %d cannot serve: %s", args.shard, e)
         return 1

@@ -26,6 +26,7 @@ from typing import IO
 
 from actors.controller import load_cluster_id
 from shards import limits
+from shards.arena import create_arena_fds
 from shards.config import NodeConfig
 from shards.shard import setup_logging
 
@@ -55,11 +56,21 @@ def run(config: NodeConfig) -> int:
 
     signal.signal(signal.SIGTERM, request_stop)
     signal.signal(signal.SIGINT, request_stop)
+    # One shared-memory arena per shard for cross-core produce batches; every shard maps all.
+    arena_fds = (
+        create_arena_fds(shards, config.pipe_arena_bytes)
+        if shards > 1 and config.pipe_arena_bytes
+        else []
+    )
     children = []
-    for shard_id in range(shards):
-        core = cores[shard_id % len(cores)]
-        log.info("shard %d owns core %d", shard_id, core)
-        children.append(_start_shard(config, shard_id, shards, core, run_dir))
+    try:
+        for shard_id in range(shards):
+            core = cores[shard_id % len(cores)]
+            log.info("shard %d owns core %d", shard_id, core)
+            children.append(_start_shard(config, shard_id, shards, core, run_dir, arena_fds))
+    finally:
+        for fd in arena_fds:
+            os.close(fd)  # the shards hold their own copies
     host, port = config.listen
     log.info("node %d listening on %s:%d with %d shard(s)", config.node_id, host, port, shards)
     try:
@@ -70,7 +81,7 @@ def run(config: NodeConfig) -> int:
 
 
 def _start_shard(
-    config: NodeConfig, shard_id: int, shards: int, core: int, run_dir: str
+    config: NodeConfig, shard_id: int, shards: int, core: int, run_dir: str, arena_fds: list[int]
 ) -> subprocess.Popen[bytes]:
     command = [
         sys.executable,
@@ -89,8 +100,10 @@ def _start_shard(
         "--run-dir",
         run_dir,
     ]
+    if arena_fds:
+        command += ["--arena-fds", ",".join(map(str, arena_fds))]
     # The shard ignores the terminal's SIGINT: the supervisor decides when it stops.
-    return subprocess.Popen(command, preexec_fn=_ignore_sigint)
+    return subprocess.Popen(command, preexec_fn=_ignore_sigint, pass_fds=arena_fds)
 
 
 def _ignore_sigint() -> None:

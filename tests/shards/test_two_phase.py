@@ -2,7 +2,9 @@
 
 Two shards live in this one process on one loop: shard 1 owns partition t-0 (a real
 Partition actor on a real DiskLog); shard 0 reaches it only through its Router and the
-pipes, exactly as a Connection on shard 0 would.
+pipes, exactly as a Connection on shard 0 would. Every test runs twice: batches carried in
+shared-memory arenas (as `krill start` runs) and as payload frames on the pipe (no arena, or
+an arena too small for the batch).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from actors.partition import (
     ListOffset,
     ListOffsetResult,
     Partition,
+    PartitionInfo,
     Produce,
     ProduceResult,
     Read,
@@ -28,6 +31,7 @@ from actors.partition import (
 from actors.runtime import bind_loop, stop_all_actors
 from actors.services import BrokerSettings, TopicTable
 from actors.topic_config import TopicSettings
+from shards.arena import ArenaSet
 from shards.pipes import MemoryPipeNetwork
 from shards.remote import RemotePartition
 from shards.router import Router
@@ -82,9 +86,12 @@ def settle(loop: asyncio.AbstractEventLoop, done: Callable[[], bool]) -> None:
     loop.run_until_complete(wait())
 
 
-@pytest.fixture
-def two_shards(loop: asyncio.AbstractEventLoop, tmp_path: Path) -> tuple[Router, Router, FakeShard]:
+@pytest.fixture(params=["arena", "frames"])
+def two_shards(
+    request: pytest.FixtureRequest, loop: asyncio.AbstractEventLoop, tmp_path: Path
+) -> tuple[Router, Router, FakeShard]:
     network = MemoryPipeNetwork(2, loop)
+    arenas = ArenaSet.in_memory(2, 1 << 20) if request.param == "arena" else [None, None]
     shard0, shard1 = FakeShard(0, tmp_path), FakeShard(1, tmp_path)
     routers: list[Router] = []
     for shard in (shard0, shard1):
@@ -92,7 +99,7 @@ def two_shards(loop: asyncio.AbstractEventLoop, tmp_path: Path) -> tuple[Router,
         mesh = network.mesh(
             shard.shard_id, lambda s, h, f, box=router_box: box[0].on_message(s, h, f)
         )
-        router = Router(shard, mesh)
+        router = Router(shard, mesh, arenas[shard.shard_id])
         router_box.append(router)
         routers.append(router)
     settings = TopicSettings(1 << 30, 1 << 40, 1 << 20, False, False)
@@ -122,6 +129,52 @@ def test_produce_crosses_in_two_phases(loop: asyncio.AbstractEventLoop, two_shar
     assert [r.base_offset for _, _, r in seen] == [0, 2, 4]
     assert all(r.error == ErrorCode.NONE for _, _, r in seen)
     assert router0.pending_calls == 0
+    assert_arena_empty(router0)
+
+
+def assert_arena_empty(router: Router) -> None:
+    """Every region the source took was given back, and no batch missed the arena."""
+    arenas = router._arenas
+    if arenas is not None:
+        assert arenas.own.live_regions == 0 and arenas.own.used == 0
+        assert router.arena_misses == 0
+
+
+def test_batches_larger_than_the_arena_go_as_frames(
+    loop: asyncio.AbstractEventLoop, two_shards: Any
+) -> None:
+    router0, _router1, _ = two_shards
+    remote = RemotePartition(router0, 1, "t", 0)
+    big = build_batch([(None, b"x" * 700_000, [])])  # over half the 1 MiB arena
+    produced: list[ProduceResult] = []
+    for _ in range(2):  # the second finds the first still in the arena
+        remote.tell(Produce(memoryview(big), iter_batches(big), -1, produced.append))
+    settle(loop, lambda: len(produced) == 2)
+    assert [(r.error, r.base_offset) for r in produced] == [(ErrorCode.NONE, i) for i in (0, 1)]
+    if router0._arenas is not None:
+        assert router0.arena_misses == 1
+        assert router0._arenas.own.live_regions == 0
+    reads: list[ReadResult] = []
+    remote.tell(Read(0, 4 << 20, -1, FetchBudget(4 << 20), reads.append))
+    settle(loop, lambda: bool(reads))
+    values = [r.value for r in iter_records(reads[0].records.read())]  # type: ignore[union-attr]
+    assert values == [b"x" * 700_000] * 2
+
+
+def test_acks_0_gets_no_answer_but_frees_its_region(
+    loop: asyncio.AbstractEventLoop, two_shards: Any
+) -> None:
+    router0, _router1, shard1 = two_shards
+    remote = RemotePartition(router0, 1, "t", 0)
+    for i in range(5):
+        batch = build_batch([(None, f"fire-and-forget {i}".encode(), [])])
+        remote.tell(Produce(memoryview(batch), iter_batches(batch), 0, None))
+    infos: list[Any] = []
+    settle(loop, lambda: router0.pending_calls == 0)
+    shard1.partitions[("t", 0)].tell(PartitionInfo(infos.append))
+    settle(loop, lambda: bool(infos))
+    assert infos[0]["next_offset"] == 5
+    assert_arena_empty(router0)
 
 
 def test_read_watch_and_list_offsets_cross(
@@ -164,5 +217,32 @@ def test_missing_partition_answers_an_error(
     batch = build_batch([(None, b"x", [])])
     remote.tell(Produce(memoryview(batch), iter_batches(batch), 1, answers.append))
     remote.tell(Read(0, 100, -1, FetchBudget(100), answers.append))
-    settle(loop, lambda: len(answers) == 2)
+    remote.tell(Produce(memoryview(batch), iter_batches(batch), 0, None))  # acks=0 as well
+    settle(loop, lambda: len(answers) == 2 and router0.pending_calls == 0)
     assert [a.error for a in answers] == [ErrorCode.NOT_LEADER_OR_FOLLOWER] * 2
+    assert_arena_empty(router0)
+
+
+def test_produce_queued_behind_a_stop_is_answered(
+    loop: asyncio.AbstractEventLoop, two_shards: Any
+) -> None:
+    """A deleted topic's partition stops with messages still queued: each is answered, and
+    phase one runs, so a cross-core sender gets its arena region back."""
+    _router0, _router1, shard1 = two_shards
+    ref = shard1.partitions[("t", 0)]
+    events: list[Any] = []
+    batch = build_batch([(None, b"late", [])])
+    ref.stop(block=False)
+    ref.tell(
+        Produce(
+            memoryview(batch),
+            iter_batches(batch),
+            -1,
+            lambda r: events.append(r.error),
+            lambda: events.append("dispatched"),
+        )
+    )
+    ref.tell(Read(0, 100, -1, FetchBudget(100), lambda r: events.append(r.error)))
+    settle(loop, lambda: len(events) == 3)
+    gone = ErrorCode.NOT_LEADER_OR_FOLLOWER
+    assert events == ["dispatched", gone, gone]

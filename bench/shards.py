@@ -1,0 +1,312 @@
+"""Issue #3's cases: 2 shards against 1, and the cross-core produce path against the local one.
+
+Each case compares two set-ups ("sides") in one run. On this shared virtual machine the CPU
+a gigabyte costs drifts by 2x within a minute (a page the page cache takes may have to be
+handed over by the hypervisor first, at a few µs each, and the guest gives freed pages
+back), far more than the effects measured here. So the two sides run side by side, and the
+produce phase is repeated in `rounds` rounds in ABBA order (A then B, B then A, ...): each
+round measures both sides within seconds of each other, and the case reports every round,
+each side's median, and the median over rounds of the per-round ratio, which is the figure
+the targets are checked against. Consume and fixed-rate phases run once per side after the
+rounds.
+
+    python -m bench.run --case shards_1_vs_2 --case cross_core_vs_local [--rounds 6]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+from bench.broker import Broker, RssSampler, log
+from bench.run import (
+    FIXED_RATE,
+    CaseError,
+    EnvBroker,
+    ProcessCpu,
+    _broker_live_figures,
+    _broker_stop_figures,
+    _cmp,
+    _get,
+    _ratio,
+    consume_all,
+    create_topic,
+    header,
+    idle_cpu,
+    liveness,
+    loadavg,
+    produce_fixed_rate,
+    produce_max,
+    vs_ceiling,
+)
+
+__all__ = ["run_cross_core_vs_local", "run_shards_1_vs_2"]
+
+TARGET_CPU_PER_GB_2_OVER_1 = 1.1  # broker CPU-s per GB produced, --smp 2 over --smp 1
+TARGET_PRODUCE_2_OVER_1 = 1.0  # produce msg/s, --smp 2 over --smp 1
+TARGET_CROSS_OVER_LOCAL_CPU_PER_GB = 1.3  # produce, cross-core partition over local one
+VALUE_BYTES = 1024
+PARTITIONS = 6  # the produce_consume_1k_x6 workload
+ROUNDS = 6
+
+
+class Side:
+    """One set-up of a comparison: a broker (possibly shared with the other side), a topic."""
+
+    def __init__(self, name: str, broker: Broker, topic: str, partitions: int) -> None:
+        self.name = name
+        self.broker = broker
+        self.topic = topic
+        self.partitions = partitions
+        self.cpu = ProcessCpu(broker)
+        self.check = liveness(broker)
+        self.res: dict[str, Any] = {"topic": topic, "partitions": partitions, "rounds": []}
+        self.produced = 0
+
+    def phase(self, fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+        before = self.cpu.snapshot()
+        out = fn()
+        out["broker_cpu_s_by_process"] = by_process = self.cpu.since(before)
+        # Only this side's processes: the other side's broker may run beside it, idle.
+        cpu = sum(by_process.values())
+        if out.get("messages"):
+            out["broker_cpu_s_per_gb"] = round(cpu / (out["messages"] * VALUE_BYTES / 1e9), 3)
+        return out
+
+    def produce(self, n: int, value: bytes, args: argparse.Namespace) -> dict[str, Any]:
+        out = self.phase(lambda: produce_max(
+            self.broker.bootstrap, self.topic, n, value, self.partitions,
+            timeout=args.phase_timeout, stall_timeout=args.stall_timeout,
+            check=self.check, broker_pid=self.broker.pid,
+        ))  # fmt: skip
+        self.produced += n
+        return out
+
+
+def _median(values: list[Any]) -> float | None:
+    values = [v for v in values if v is not None]
+    return round(statistics.median(values), 3) if values else None
+
+
+def _rounds(
+    a: Side, b: Side, rounds: int, n: int, value: bytes, args: argparse.Namespace, label: str
+) -> None:
+    """ABBA rounds of the produce phase, appended to each side's ``rounds``."""
+    for r in range(rounds):
+        for side in (a, b) if r % 2 == 0 else (b, a):
+            out = side.produce(n, value, args)
+            side.res["rounds"].append(out)
+            log(
+                f"{label} round {r + 1}/{rounds} {side.name}: {out['msgs_per_s']} msg/s, "
+                f"{out.get('broker_cpu_s_per_gb')} CPU-s/GB"
+            )
+
+
+def _summarise(a: Side, b: Side, res: dict[str, Any], prefix: str) -> None:
+    """Medians per side and the per-round ratios (b over a), under ``res``."""
+    for side in (a, b):
+        rs = side.res["rounds"]
+        side.res["produce_median"] = {
+            "msgs_per_s": _median([r["msgs_per_s"] for r in rs]),
+            "mb_per_s": _median([r["mb_per_s"] for r in rs]),
+            "requests_per_s": _median([r.get("requests_per_s") for r in rs]),
+            "broker_cpu_s_per_gb": _median([r.get("broker_cpu_s_per_gb") for r in rs]),
+            "latency_p99_ms": _median([_get(r, "latency_ms", "p99") for r in rs]),
+            "msgs_per_request": _median([r.get("msgs_per_request") for r in rs]),
+        }
+    pairs = list(zip(a.res["rounds"], b.res["rounds"], strict=True))
+    cpu = [_ratio(y.get("broker_cpu_s_per_gb"), x.get("broker_cpu_s_per_gb")) for x, y in pairs]
+    rate = [_ratio(y["msgs_per_s"], x["msgs_per_s"]) for x, y in pairs]
+    res[f"{prefix}_cpu_per_gb_by_round"] = cpu
+    res[f"{prefix}_msgs_per_s_by_round"] = rate
+    res[f"{prefix}_cpu_per_gb_median"] = _median(cpu)
+    res[f"{prefix}_msgs_per_s_median"] = _median(rate)
+
+
+def _after_rounds(
+    sides: list[Side], value: bytes, fixed_s: float, args: argparse.Namespace, label: str
+) -> None:
+    """One consume phase (everything produced) and one fixed-rate phase per side."""
+    for side in sides:
+        expected = side.produced
+        side.res["consume"] = side.phase(lambda s=side, e=expected: consume_all(
+            s.broker.bootstrap, s.topic, s.partitions, e,
+            stall_timeout=args.stall_timeout, timeout=args.phase_timeout,
+            check=s.check, broker_pid=s.broker.pid,
+        ))  # fmt: skip
+        log(f"{label} {side.name}: consume {side.res['consume']['msgs_per_s']} msg/s")
+    for side in sides:
+        side.res["fixed_rate_20k"] = side.phase(lambda s=side: produce_fixed_rate(
+            s.broker.bootstrap, s.topic, value, s.partitions,
+            rate=FIXED_RATE, seconds=fixed_s, stall_timeout=args.stall_timeout,
+            check=s.check, broker_pid=s.broker.pid,
+        ))  # fmt: skip
+        side.produced += side.res["fixed_rate_20k"]["messages"]
+        log(f"{label} {side.name}: fixed rate p99 "
+            f"{side.res['fixed_rate_20k']['latency_ms']['p99']} ms")  # fmt: skip
+
+
+def _sizes(args: argparse.Namespace) -> tuple[int, int, int, float]:
+    """(messages per round, rounds, warm-up messages, fixed-rate seconds), multiples of 6."""
+    n = args.messages or (12_000 if args.quick else 150_000)
+    n -= n % PARTITIONS
+    rounds = args.rounds or (2 if args.quick else ROUNDS)
+    warmup = PARTITIONS * 500
+    fixed_s = args.fixed_seconds or (2.0 if args.quick else 5.0)
+    return n, rounds, warmup, fixed_s
+
+
+def run_shards_1_vs_2(args: argparse.Namespace, ceilings: dict[str, Any]) -> dict[str, Any]:
+    """A ``--smp 1`` and a ``--smp 2`` broker side by side, the 1 KiB x 6 workload on each."""
+    case = "shards_1_vs_2"
+    n, rounds, warmup, fixed_s = _sizes(args)
+    res = header(case, args)
+    res["smp"] = [1, 2]
+    res.update({
+        "messages_per_round": n, "rounds": rounds, "warmup_messages": warmup,
+        "value_bytes": VALUE_BYTES, "partitions": PARTITIONS, "acks": "all",
+    })  # fmt: skip
+    value = os.urandom(VALUE_BYTES)
+    topic = f"bench-{case}"
+    t0 = time.monotonic()
+    brokers = {
+        smp: Broker(smp=smp, krill=args.krill, data_root=args.data_root, keep=args.keep)
+        for smp in (1, 2)
+    }
+    sides: list[Side] = []
+    try:
+        with (
+            brokers[1],
+            brokers[2],
+            RssSampler(brokers[1].pid) as rss1,
+            RssSampler(brokers[2].pid) as rss2,
+        ):
+            for smp, broker in brokers.items():
+                side = Side(f"smp={smp}", broker, topic, PARTITIONS)
+                side.res["smp"] = smp
+                side.res["broker_pid"] = broker.pid
+                side.res["topic_create_s"] = round(create_topic(broker.bootstrap, topic, 6), 3)
+                side.produce(warmup, value, args)  # untimed: connections, segments, caches
+                side.res["idle"] = idle_cpu(broker, 1.0 if args.quick else 2.0)
+                sides.append(side)
+            try:
+                _rounds(sides[0], sides[1], rounds, n, value, args, case)
+                _after_rounds(sides, value, fixed_s, args, case)
+            finally:
+                for side, rss in zip(sides, (rss1, rss2), strict=False):
+                    _broker_live_figures(side.res, side.broker, rss)
+    except Exception as e:
+        res["error"] = f"{type(e).__name__}: {e}"
+        log(f"{case} FAILED: {res['error']}")
+        for smp, broker in brokers.items():
+            log(f"smp={smp} broker log tail:\n{broker.log_tail(30)}")
+    finally:
+        for side in sides:
+            _broker_stop_figures(side.res, side.broker)
+    if len(sides) == 2 and sides[1].res["rounds"]:
+        _summarise(sides[0], sides[1], res, "smp_2_over_1")
+        res["cpu_per_gb_2_over_1"] = res["smp_2_over_1_cpu_per_gb_median"]
+        res["produce_2_over_1"] = res["smp_2_over_1_msgs_per_s_median"]
+
+        def ratio(*path: str) -> float | None:
+            return _ratio(_get(sides[1].res, *path), _get(sides[0].res, *path))
+
+        res["consume_cpu_per_gb_2_over_1"] = ratio("consume", "broker_cpu_s_per_gb")
+        res["consume_2_over_1"] = ratio("consume", "msgs_per_s")
+        res["fixed_rate_cpu_per_gb_2_over_1"] = ratio("fixed_rate_20k", "broker_cpu_s_per_gb")
+        res["fixed_rate_p99_2_over_1"] = ratio("fixed_rate_20k", "latency_ms", "p99")
+    for side in sides:
+        figures = {"produce": side.res.get("produce_median")}
+        figures.update({k: side.res.get(k) for k in ("consume", "fixed_rate_20k")})
+        side.res["vs_ceiling"] = vs_ceiling(figures, ceilings)
+        res[f"smp_{side.res['smp']}"] = side.res
+    res["target_met"] = {
+        "cpu_per_gb_2_le_1_1x_1": _cmp(
+            res.get("cpu_per_gb_2_over_1"), "le", TARGET_CPU_PER_GB_2_OVER_1
+        ),
+        "produce_2_ge_1": _cmp(res.get("produce_2_over_1"), "ge", TARGET_PRODUCE_2_OVER_1),
+    }
+    res["loadavg_end"] = loadavg()
+    res["wall_s"] = round(time.monotonic() - t0, 2)
+    res.setdefault("error", None)
+    return res
+
+
+def _topic_on_shard(prefix: str, shard: int, shards: int = 2) -> str:
+    """The first ``<prefix>-<i>`` whose partition 0 is owned by ``shard``."""
+    from shards.shard_table import shard_of
+
+    for i in range(1000):
+        name = f"{prefix}-{i}"
+        if shard_of(name, 0, shards) == shard:
+            return name
+    raise CaseError(f"no topic {prefix}-0..999 is owned by shard {shard} of {shards}")
+
+
+def run_cross_core_vs_local(args: argparse.Namespace) -> dict[str, Any]:
+    """``--smp 2`` with ``KRILL_KAFKA_SHARDS=1``: every connection is on shard 0, so a
+    partition owned by shard 1 is always reached over the pipes, one owned by shard 0 never.
+    """
+    case = "cross_core_vs_local"
+    n, rounds, warmup, fixed_s = _sizes(args)
+    env = {"KRILL_KAFKA_SHARDS": "1"}
+    res = header(case, args)
+    res["smp"] = 2
+    res.update({
+        "messages_per_round": n, "rounds": rounds, "warmup_messages": warmup,
+        "value_bytes": VALUE_BYTES, "partitions": 1, "acks": "all", "broker_env": env,
+    })  # fmt: skip
+    value = os.urandom(VALUE_BYTES)
+    t0 = time.monotonic()
+    broker = EnvBroker(env=env, smp=2, krill=args.krill, data_root=args.data_root, keep=args.keep)
+    sides: list[Side] = []
+    try:
+        with broker, RssSampler(broker.pid) as rss:
+            res["broker_pid"] = broker.pid
+            for name, owner in (("local", 0), ("cross", 1)):
+                side = Side(name, broker, _topic_on_shard(f"bench-{name}", owner), 1)
+                side.res["owner_shard"] = owner
+                side.res["topic_create_s"] = round(create_topic(broker.bootstrap, side.topic, 1), 3)
+                side.produce(warmup, value, args)  # untimed: both paths warm
+                sides.append(side)
+            res["idle"] = idle_cpu(broker, 1.0 if args.quick else 2.0)
+            try:
+                _rounds(sides[0], sides[1], rounds, n, value, args, case)
+                _after_rounds(sides, value, fixed_s, args, case)
+            finally:
+                _broker_live_figures(res, broker, rss)
+    except Exception as e:
+        res["error"] = f"{type(e).__name__}: {e}"
+        log(f"{case} FAILED: {res['error']}")
+        log(f"broker log tail:\n{broker.log_tail(30)}")
+    finally:
+        _broker_stop_figures(res, broker)
+    for side in sides:
+        res[side.name] = side.res
+    if len(sides) == 2 and sides[1].res["rounds"]:
+        _summarise(sides[0], sides[1], res, "cross_over_local")
+        res["cross_over_local_cpu_per_gb"] = res["cross_over_local_cpu_per_gb_median"]
+        res["produce_cross_over_local"] = res["cross_over_local_msgs_per_s_median"]
+
+        def ratio(*path: str) -> float | None:
+            return _ratio(_get(sides[1].res, *path), _get(sides[0].res, *path))
+
+        res["consume_cross_over_local_cpu_per_gb"] = ratio("consume", "broker_cpu_s_per_gb")
+        res["consume_cross_over_local"] = ratio("consume", "msgs_per_s")
+        res["fixed_rate_cross_over_local_cpu_per_gb"] = ratio(
+            "fixed_rate_20k", "broker_cpu_s_per_gb"
+        )
+        res["fixed_rate_p99_cross_over_local"] = ratio("fixed_rate_20k", "latency_ms", "p99")
+    res["target_met"] = {
+        "cross_over_local_cpu_per_gb_le_1_3": _cmp(
+            res.get("cross_over_local_cpu_per_gb"), "le", TARGET_CROSS_OVER_LOCAL_CPU_PER_GB
+        ),
+    }
+    res["loadavg_end"] = loadavg()
+    res["wall_s"] = round(time.monotonic() - t0, 2)
+    res.setdefault("error", None)
+    return res
