@@ -35,6 +35,10 @@ pipe_flush_messages_per_turn_max = 256
 # Messages for one peer gathered into one pipe message per loop turn (their headers share
 # the pipe's header limit below: ~100 bytes each).
 pipe_batch_messages_max = 256
+# Longest a produce's phase-one answer ("dispatched") waits for another pipe message to the
+# same shard to ride with (shards/router.py). It frees the source's arena region; a flush
+# (phase two) usually takes it along sooner.
+pipe_lazy_answer_delay_s = 0.005
 # A header carries type, correlation, partition and sizes: anything bigger is our bug.
 pipe_header_bytes_max = 64 * 1024
 # Each shard's shared-memory arena for cross-core produce batches (shards/arena.py). Regions

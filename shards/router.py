@@ -70,6 +70,9 @@ class Router:
         # Messages for each target gathered during one loop turn, sent as one pipe message.
         self._outbox: dict[int, list[tuple[dict[str, Any], list[Any]]]] = {}
         self._flush_scheduled = False
+        # Phase-one answers waiting for a ride to their shard (see `_answer_lazily`).
+        self._lazy: dict[int, list[tuple[dict[str, Any], list[Any]]]] = {}
+        self._lazy_timers: dict[int, Any] = {}
         self._segments: collections.OrderedDict[str, int] = collections.OrderedDict()
         self.dispatched = 0  # produce requests whose phase one came back (for tests, stats)
         self._incoming: dict[str, Callable[[int, dict[str, Any], list[Any]], None]] = {
@@ -130,6 +133,10 @@ class Router:
         messages = self._outbox.pop(target, None)
         if not messages:
             return
+        lazy = self._lazy.pop(target, None)
+        if lazy:
+            self._lazy_timers.pop(target).cancel()
+            messages = lazy + messages
         writer = self._mesh.writer(target)
         if len(messages) == 1:
             header, payloads = messages[0]
@@ -156,6 +163,35 @@ class Router:
         packed = msgpack.packb(table_to_wire(table), use_bin_type=True)
         for target in targets:
             self.call(target, {"t": "topics"}, [packed], applied)
+
+    def _answer_lazily(self, source: int, request: dict[str, Any], header: dict[str, Any]) -> None:
+        """Answer without a pipe message of its own: ride with the next one to `source`.
+
+        For phase one of a produce. Its answer frees the source's arena region and nothing
+        waits on it (pipes are FIFO, so the source dispatches its next request at once), while
+        every pipe message costs both shards a wake-up of their loop and of ZeroMQ's I/O
+        thread (~70 µs of CPU here). So "dispatched" leaves with the next message to that
+        shard, usually the same request's "produced" after its flush, and at the latest
+        `pipe_lazy_answer_delay_s` after it was made.
+        """
+        if "id" not in request:
+            return
+        header["t"] = "reply"
+        header["id"] = request["id"]
+        lazy = self._lazy.get(source)
+        if lazy is None:
+            lazy = self._lazy[source] = []
+            self._lazy_timers[source] = current_loop().call_later(
+                limits.pipe_lazy_answer_delay_s, self._flush_lazy, source
+            )
+        lazy.append((header, []))
+
+    def _flush_lazy(self, target: int) -> None:
+        lazy = self._lazy.pop(target, None)
+        self._lazy_timers.pop(target, None)
+        if lazy:
+            self._outbox[target] = lazy + self._outbox.get(target, [])
+            self._flush_target(target)
 
     def _answer(
         self,
@@ -210,7 +246,7 @@ class Router:
         acks = h["acks"]
 
         def dispatched() -> None:
-            self._answer(source, h, {"k": "dispatched"})
+            self._answer_lazily(source, h, {"k": "dispatched"})
 
         def produced(result: ProduceResult) -> None:
             self._answer(
