@@ -73,6 +73,7 @@ class Router:
         # Phase-one answers waiting for a ride to their shard (see `_answer_lazily`).
         self._lazy: dict[int, list[tuple[dict[str, Any], list[Any]]]] = {}
         self._lazy_timers: dict[int, Any] = {}
+        self._group: _AnswerGroup | None = None  # while serving a batch message
         self._segments: collections.OrderedDict[str, int] = collections.OrderedDict()
         self.dispatched = 0  # produce requests whose phase one came back (for tests, stats)
         self._incoming: dict[str, Callable[[int, dict[str, Any], list[Any]], None]] = {
@@ -217,10 +218,17 @@ class Router:
         handler(source, header, frames)
 
     def _serve_batch(self, source: int, header: dict[str, Any], frames: list[Any]) -> None:
-        position = 0
-        for sub_header, count in header["m"]:
-            self.on_message(source, sub_header, frames[position : position + count])
-            position += count
+        # The produces in one pipe message (usually one request's partitions owned here) are
+        # answered together: one message back instead of one per partition's flush.
+        self._group = group = _AnswerGroup(self)
+        try:
+            position = 0
+            for sub_header, count in header["m"]:
+                self.on_message(source, sub_header, frames[position : position + count])
+                position += count
+        finally:
+            self._group = None
+            group.close()
 
     def _on_reply(self, _source: int, header: dict[str, Any], frames: list[Any]) -> None:
         request_id = header["id"]
@@ -248,7 +256,7 @@ class Router:
         def dispatched() -> None:
             self._answer_lazily(source, h, {"k": "dispatched"})
 
-        def produced(result: ProduceResult) -> None:
+        def answer_produced(result: ProduceResult) -> None:
             self._answer(
                 source,
                 h,
@@ -260,6 +268,10 @@ class Router:
                     "m": result.message,
                 },
             )
+
+        produced = answer_produced
+        if self._group is not None and wants_reply and acks != 0:
+            produced = self._group.member(answer_produced)
 
         def refused(result: ProduceResult) -> None:
             # One answer either way; with acks=0 the source only waits to free its region.
@@ -428,3 +440,42 @@ class Router:
         for fd in self._segments.values():
             os.close(fd)
         self._segments.clear()
+
+
+class _AnswerGroup:
+    """Holds the phase-two answers of the produces that came in one pipe message until every
+    one of them is ready, then sends them in the same loop turn, so in one pipe message.
+
+    Those produces are usually one Kafka request's partitions owned by this shard, and the
+    source answers that request only when all of them are produced anyway; each partition's
+    flush completes on its own, so without this each would cost a pipe message.
+    """
+
+    __slots__ = ("_router", "_waiting", "_ready", "_open")
+
+    def __init__(self, router: Router) -> None:
+        self._router = router
+        self._waiting = 0
+        self._ready: list[tuple[Callable[[ProduceResult], None], ProduceResult]] = []
+        self._open = True  # members may still join (the batch is being served)
+
+    def member(self, answer: Callable[[ProduceResult], None]) -> Callable[[ProduceResult], None]:
+        self._waiting += 1
+
+        def ready(result: ProduceResult) -> None:
+            self._ready.append((answer, result))
+            self._waiting -= 1
+            self._release()
+
+        return ready
+
+    def close(self) -> None:
+        self._open = False
+        self._release()
+
+    def _release(self) -> None:
+        if self._open or self._waiting or not self._ready:
+            return
+        ready, self._ready = self._ready, []
+        for answer, result in ready:
+            answer(result)

@@ -246,3 +246,45 @@ def test_produce_queued_behind_a_stop_is_answered(
     settle(loop, lambda: len(events) == 3)
     gone = ErrorCode.NOT_LEADER_OR_FOLLOWER
     assert events == ["dispatched", gone, gone]
+
+
+def test_one_request_s_partitions_are_answered_in_one_pipe_message(
+    loop: asyncio.AbstractEventLoop, two_shards: Any, tmp_path: Path
+) -> None:
+    """Produces to several partitions of one owner, sent in one loop turn, come back together:
+    both phases of all of them in a single pipe message."""
+    router0, _router1, shard1 = two_shards
+    settings = TopicSettings(1 << 30, 1 << 40, 1 << 20, False, False)
+    for index in (1, 2):
+        shard1.partitions[("t", index)] = Partition.start(
+            "t", index, tmp_path / f"t-{index}", settings, shard1
+        )
+    # Each partition's flush completes in a loop turn of its own, as fdatasyncs on threads do.
+    delays = iter([0.001, 0.002, 0.003])  # all within the 5 ms a phase-one answer waits
+
+    def run_blocking(fn: Callable[[], Any], done: Callable[[Any, Any], None]) -> None:
+        asyncio.get_event_loop().call_later(next(delays, 0.0), lambda: done(fn(), None))
+
+    shard1.run_blocking = run_blocking
+    messages: list[dict[str, Any]] = []
+    mesh = router0._mesh
+    on_message = mesh.on_message
+
+    def counting(source: int, header: dict[str, Any], frames: list[Any]) -> None:
+        messages.append(header)  # what arrives from the pipe, before the router unpacks it
+        on_message(source, header, frames)
+
+    mesh.on_message = counting
+    produced: list[ProduceResult] = []
+    for index in (0, 1, 2):
+        batch = build_batch([(None, f"p{index}".encode(), [])])
+        RemotePartition(router0, 1, "t", index).tell(
+            Produce(memoryview(batch), iter_batches(batch), -1, produced.append)
+        )
+    settle(loop, lambda: len(produced) == 3)
+    assert [r.error for r in produced] == [ErrorCode.NONE] * 3
+    assert router0.dispatched == 3
+    assert len(messages) == 1 and messages[0]["t"] == "batch"
+    kinds = [h.get("k", "produced") for h, _ in messages[0]["m"]]
+    assert sorted(kinds) == ["dispatched"] * 3 + ["produced"] * 3
+    assert_arena_empty(router0)
