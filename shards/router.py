@@ -269,7 +269,7 @@ class Router:
                 },
             )
 
-        produced = answer_produced
+        produced: Callable[[ProduceResult], None] = answer_produced
         if self._group is not None and wants_reply and acks != 0:
             produced = self._group.member(answer_produced)
 
