@@ -45,6 +45,8 @@ pipe_header_bytes_max = 64 * 1024
 # live from the forward to the owner's phase-one answer, a loop turn or two; this holds dozens
 # of full-size batches in flight. A batch that finds no room goes as a pipe frame instead.
 pipe_arena_bytes = 16 * 1024 * 1024
+# One log line per this many batches that found the arena full (the first one included).
+arena_miss_log_every = 10_000
 # sun_path is 108 bytes on Linux; keep a margin so a long run_dir fails here, loudly.
 pipe_path_chars_max = 100
 

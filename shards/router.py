@@ -303,9 +303,15 @@ class Router:
         """Copy `records` into this shard's arena; the region's offset, or None: no room."""
         if self._arenas is None:
             return None
-        start = self._arenas.own.put(records)
+        arena = self._arenas.own
+        start = arena.put(records)
         if start is None:
             self.arena_misses += 1
+            if self.arena_misses % limits.arena_miss_log_every == 1:
+                log.info(
+                    "arena full (%d of %d bytes in %d regions): %d batches sent as frames",
+                    arena.used, arena.size, arena.live_regions, self.arena_misses,
+                )  # fmt: skip
         return start
 
     def arena_release(self, start: int) -> None:
