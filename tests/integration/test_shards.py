@@ -77,11 +77,39 @@ def test_many_connections_keep_per_partition_order(two_shards: BrokerProcess) ->
             assert sequence == sorted(sequence)
 
 
-def test_one_request_spanning_both_shards_and_pipelined(two_shards: BrokerProcess) -> None:
+@pytest.mark.parametrize(
+    "arena_bytes",
+    [None, 64 * 1024, 0],
+    ids=["arena", "arena-too-small", "frames"],
+)
+def test_one_request_spanning_both_shards_and_pipelined(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, arena_bytes: int | None
+) -> None:
+    """Batches cross in the shared-memory arena (the default), as pipe frames when it is
+    full, or always as frames (`pipe_arena_bytes: 0`): the same answers every way."""
+    if arena_bytes is not None:
+        monkeypatch.setenv("KRILL_PIPE_ARENA_BYTES", str(arena_bytes))
+    node = BrokerProcess(tmp_path / "data", smp=2).start()
+    try:
+        _span_and_pipeline(node)
+        if arena_bytes == 64 * 1024:  # 30 requests of ~40 KiB in flight cannot all fit
+            assert "batches sent as frames" in node.log()
+        else:
+            assert "batches sent as frames" not in node.log()
+    finally:
+        node.stop()
+
+
+def _span_and_pipeline(node: BrokerProcess) -> None:
     topic = "span"
-    create_topic(two_shards, topic, partitions=4)
-    _partitions_on_both_shards(topic, 4)
-    with RawClient(two_shards.bootstrap) as client:
+    create_topic(node, topic, partitions=8)
+    _partitions_on_both_shards(topic, 8)
+    padding = b"." * 20_000  # partitions 4-7 get ~20 KB batches
+
+    def value(round_: int, p: int) -> bytes:
+        return f"{round_}-{p}".encode() + (padding if p >= 4 else b"")
+
+    with RawClient(node.bootstrap) as client:
         correlations = []
         for round_ in range(30):
             request = ProduceRequest(
@@ -92,9 +120,9 @@ def test_one_request_spanning_both_shards_and_pipelined(two_shards: BrokerProces
                         name=topic,
                         partition_data=[
                             ProduceRequest.PartitionProduceData(
-                                index=p, records=build_batch([(None, f"{round_}-{p}".encode(), [])])
+                                index=p, records=build_batch([(None, value(round_, p), [])])
                             )
-                            for p in range(4)
+                            for p in range(8)
                         ],
                     )
                 ],
@@ -104,10 +132,13 @@ def test_one_request_spanning_both_shards_and_pipelined(two_shards: BrokerProces
             got, response = client.receive(0, 9)
             assert got == correlation  # in request order, whichever shard finished first
             partitions = response.responses[0].partition_responses
-            assert sorted(p.index for p in partitions) == [0, 1, 2, 3]
-            assert [(p.error_code, p.base_offset) for p in partitions] == [(0, round_)] * 4, (
+            assert sorted(p.index for p in partitions) == list(range(8))
+            assert [(p.error_code, p.base_offset) for p in partitions] == [(0, round_)] * 8, (
                 partitions
             )
+    got = consume(node, topic, 8, 8 * 30)
+    for p in range(8):
+        assert [m.value() for m in got if m.partition() == p] == [value(r, p) for r in range(30)]
 
 
 def test_kill9_of_one_shard_stops_node_and_loses_nothing(two_shards: BrokerProcess) -> None:
