@@ -189,7 +189,9 @@ def run_shards_1_vs_2(args: argparse.Namespace, ceilings: dict[str, Any]) -> dic
                 side = Side(f"smp={smp}", broker, topic, PARTITIONS)
                 side.res["smp"] = smp
                 side.res["broker_pid"] = broker.pid
-                side.res["topic_create_s"] = round(create_topic(broker.bootstrap, topic, 6), 3)
+                side.res["topic_create_s"] = round(
+                    create_topic(broker.bootstrap, topic, PARTITIONS), 3
+                )
                 side.produce(warmup, value, args)  # untimed: connections, segments, caches
                 side.res["idle"] = idle_cpu(broker, 1.0 if args.quick else 2.0)
                 sides.append(side)

@@ -10,13 +10,22 @@ Actors never see the difference (DESIGN.md §2–5):
 
     source shard                               owner shard
     Produce(records, acks, reply) --produce--> Partition: append        (phase 1)
-                                  <-dispatched-  order fixed, page cache has the bytes
+      batch copied into the source's arena;    reads the batch in place
+      the header names the region
+                                  <-dispatched-  order fixed, page cache has the bytes,
+                                                 the arena region is free again
                                   <--produced--  flushed: base offset   (phase 2)
     Read(offset, budget, reply)   ----read---->  Partition: where the bytes are
                                   <---read-----  (path, position, length): the source shard
                                                  opens the segment and sendfiles it itself
     WatchHighWatermark(callback)  ----watch--->  one-shot watcher
                                   <----hwm-----  the high watermark moved
+
+No log bytes cross a pipe either way: a produced batch goes by reference into the source's
+shared-memory arena (shards/arena.py; as a payload frame only when the arena is full), a
+fetched one by file position. What crosses are small headers, gathered per loop turn; the
+owner's "dispatched" rides with the next message to the source (usually "produced"), and the
+"produced" answers of the produces that arrived in one pipe message leave together.
 
 Controller messages (topics, producer ids) go to shard 0, which alone runs the Controller;
 it broadcasts each new topic table to every shard in order, so every shard sees topic
