@@ -270,7 +270,13 @@ class Router:
             )
 
         produced: Callable[[ProduceResult], None] = answer_produced
-        if self._group is not None and wants_reply and acks != 0:
+        # A write-caching topic answers at append time: it must not wait for others' flushes.
+        if (
+            self._group is not None
+            and wants_reply
+            and acks != 0
+            and not self._shard.write_caching(h["topic"])
+        ):
             produced = self._group.member(answer_produced)
 
         def refused(result: ProduceResult) -> None:

@@ -121,6 +121,11 @@ class Shard:
     def local_partition(self, topic: str, index: int) -> ActorRef[Any] | None:
         return self._partitions.get((topic, index))
 
+    def write_caching(self, topic: str) -> bool:
+        """Whether the topic answers produces at append time (`write.caching=true`)."""
+        settings = self._topic_settings.get(topic)
+        return settings is not None and settings.write_caching
+
     def owner_of(self, topic: str, index: int) -> int:
         return shard_of(topic, index, self.shards)
 

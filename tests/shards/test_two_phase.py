@@ -55,6 +55,9 @@ class FakeShard:
     def local_partition(self, topic: str, index: int) -> Any:
         return self.partitions.get((topic, index))
 
+    def write_caching(self, topic: str) -> bool:
+        return topic == "cached"  # the topic test_write_caching_... creates
+
     def on_topics_changed(self, table: TopicTable) -> None:
         self.tables.append(table)
 
@@ -288,3 +291,33 @@ def test_one_request_s_partitions_are_answered_in_one_pipe_message(
     kinds = [h.get("k", "produced") for h, _ in messages[0]["m"]]
     assert sorted(kinds) == ["dispatched"] * 3 + ["produced"] * 3
     assert_arena_empty(router0)
+
+
+def test_write_caching_answers_do_not_wait_for_others_flushes(
+    loop: asyncio.AbstractEventLoop, two_shards: Any, tmp_path: Path
+) -> None:
+    """Produces that share a pipe message are answered together, except a write-caching
+    topic's, which is answered at append time and must not wait for another's fdatasync."""
+    router0, _router1, shard1 = two_shards
+    cached = TopicSettings(1 << 30, 1 << 40, 1 << 20, False, True)
+    shard1.partitions[("cached", 0)] = Partition.start(
+        "cached", 0, tmp_path / "cached-0", cached, shard1
+    )
+    flushes: list[Callable[[], None]] = []  # t-0's flush waits here until released
+
+    def run_blocking(fn: Callable[[], Any], done: Callable[[Any, Any], None]) -> None:
+        flushes.append(lambda: done(fn(), None))
+
+    shard1.run_blocking = run_blocking
+    answered: list[str] = []
+    for topic in ("t", "cached"):
+        batch = build_batch([(None, topic.encode(), [])])
+        RemotePartition(router0, 1, topic, 0).tell(
+            Produce(
+                memoryview(batch), iter_batches(batch), -1, lambda r, t=topic: answered.append(t)
+            )
+        )
+    settle(loop, lambda: answered == ["cached"] and bool(flushes))
+    for release in flushes:
+        release()
+    settle(loop, lambda: answered == ["cached", "t"])
