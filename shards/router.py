@@ -460,7 +460,8 @@ class _AnswerGroup:
 
     Those produces are usually one Kafka request's partitions owned by this shard, and the
     source answers that request only when all of them are produced anyway; each partition's
-    flush completes on its own, so without this each would cost a pipe message.
+    flush completes on its own, so without this each would cost a pipe message. Produces to
+    write-caching topics are not members: they are answered at append time.
     """
 
     __slots__ = ("_router", "_waiting", "_ready", "_open")
