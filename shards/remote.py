@@ -158,17 +158,16 @@ def _send_produce(ref: RemotePartition, m: Produce) -> None:
     user_reply = m.reply
     router = ref._router
     region = router.arena_put(m.records)
-    released = region is None
-
-    def release() -> None:
-        nonlocal released
-        if not released:
-            released = True
-            router.arena_release(region)  # type: ignore[arg-type]
+    first = True
 
     def on_reply(header: dict[str, Any], _frames: list[Any]) -> bool:
-        # Whichever answer comes first, the owner is done with the arena region by then.
-        release()
+        nonlocal first
+        if first:  # whichever answer comes first, the owner is done with the batch by then
+            first = False
+            if region is not None:
+                router.arena_release(region)
+            if m.on_dispatched is not None:
+                m.on_dispatched()
         if header.get("k") == "dispatched":
             router.dispatched += 1
             return user_reply is not None  # phase two, "produced", follows unless acks=0
@@ -187,8 +186,8 @@ def _send_produce(ref: RemotePartition, m: Produce) -> None:
     else:  # the batches are in this shard's arena; the owner reads them there
         fields = {"acks": m.acks, "a": [region, m.records.nbytes]}
         payloads = []
-    # With acks=0 and a payload frame nothing comes back; a region must come back to be freed.
-    wants_reply = user_reply is not None or region is not None
+    # With acks=0 and a payload frame nothing need come back; a region must, to be freed.
+    wants_reply = user_reply is not None or region is not None or m.on_dispatched is not None
     ref._call("produce", fields, payloads, on_reply if wants_reply else None)
 
 

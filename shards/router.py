@@ -220,7 +220,7 @@ class Router:
     def _serve_batch(self, source: int, header: dict[str, Any], frames: list[Any]) -> None:
         # The produces in one pipe message (usually one request's partitions owned here) are
         # answered together: one message back instead of one per partition's flush.
-        self._group = group = _AnswerGroup(self)
+        self._group = group = _AnswerGroup()
         try:
             position = 0
             for sub_header, count in header["m"]:
@@ -281,8 +281,12 @@ class Router:
 
         def refused(result: ProduceResult) -> None:
             # One answer either way; with acks=0 the source only waits to free its region.
-            if wants_reply:
-                (produced if acks != 0 else lambda _r: dispatched())(result)
+            if not wants_reply:
+                return
+            if acks != 0:
+                produced(result)
+            else:
+                dispatched()
 
         try:
             headers = iter_batches(records, check_crc=False)  # checked by the source shard
@@ -464,10 +468,9 @@ class _AnswerGroup:
     write-caching topics are not members: they are answered at append time.
     """
 
-    __slots__ = ("_router", "_waiting", "_ready", "_open")
+    __slots__ = ("_waiting", "_ready", "_open")
 
-    def __init__(self, router: Router) -> None:
-        self._router = router
+    def __init__(self) -> None:
         self._waiting = 0
         self._ready: list[tuple[Callable[[ProduceResult], None], ProduceResult]] = []
         self._open = True  # members may still join (the batch is being served)

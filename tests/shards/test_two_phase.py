@@ -321,3 +321,26 @@ def test_write_caching_answers_do_not_wait_for_others_flushes(
     for release in flushes:
         release()
     settle(loop, lambda: answered == ["cached", "t"])
+
+
+def test_remote_phase_one_runs_the_producers_on_dispatched_once(
+    loop: asyncio.AbstractEventLoop, two_shards: Any
+) -> None:
+    router0, _router1, _ = two_shards
+    remote = RemotePartition(router0, 1, "t", 0)
+    events: list[str] = []
+    for acks in (-1, 0):
+        batch = build_batch([(None, b"x", [])])
+        remote.tell(
+            Produce(
+                memoryview(batch),
+                iter_batches(batch),
+                acks,
+                (lambda r: events.append("produced")) if acks else None,
+                lambda a=acks: events.append(f"dispatched acks={a}"),
+            )
+        )
+    settle(loop, lambda: len(events) == 3 and router0.pending_calls == 0)
+    assert sorted(events) == ["dispatched acks=-1", "dispatched acks=0", "produced"]
+    assert events.index("dispatched acks=-1") < events.index("produced")
+    assert_arena_empty(router0)
