@@ -255,7 +255,7 @@ def test_one_request_s_partitions_are_answered_in_one_pipe_message(
     loop: asyncio.AbstractEventLoop, two_shards: Any, tmp_path: Path
 ) -> None:
     """Produces to several partitions of one owner, sent in one loop turn, come back together:
-    both phases of all of them in a single pipe message."""
+    their phase-two answers in a single pipe message."""
     router0, _router1, shard1 = two_shards
     settings = TopicSettings(1 << 30, 1 << 40, 1 << 20, False, False)
     for index in (1, 2):
@@ -287,9 +287,15 @@ def test_one_request_s_partitions_are_answered_in_one_pipe_message(
     settle(loop, lambda: len(produced) == 3)
     assert [r.error for r in produced] == [ErrorCode.NONE] * 3
     assert router0.dispatched == 3
-    assert len(messages) == 1 and messages[0]["t"] == "batch"
-    kinds = [h.get("k", "produced") for h, _ in messages[0]["m"]]
-    assert sorted(kinds) == ["dispatched"] * 3 + ["produced"] * 3
+    # All three phase-two answers in one message, though each flush ended in its own turn.
+    # Phase one usually rides along too, unless a slow loop let its 5 ms wait run out.
+    kinds = [
+        [h.get("k", "produced") for h, _ in m["m"]] if m["t"] == "batch" else [m.get("k")]
+        for m in messages
+    ]
+    with_produced = [k for k in kinds if "produced" in k]
+    assert len(with_produced) == 1 and with_produced[0].count("produced") == 3, kinds
+    assert sum(k.count("dispatched") for k in kinds) == 3
     assert_arena_empty(router0)
 
 
