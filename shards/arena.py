@@ -139,9 +139,14 @@ def create_arena_fds(shards: int, size: int) -> list[int]:
     The memory goes away with the last process that maps it: a node killed with -9 leaves
     nothing behind, unlike a file in /dev/shm.
     """
-    fds = []
-    for shard_id in range(shards):
-        fd = os.memfd_create(f"krill-arena-{shard_id}")
-        os.ftruncate(fd, size)
-        fds.append(fd)
+    fds: list[int] = []
+    try:
+        for shard_id in range(shards):
+            fd = os.memfd_create(f"krill-arena-{shard_id}")
+            fds.append(fd)
+            os.ftruncate(fd, size)
+    except (OSError, AttributeError) as e:  # AttributeError: a platform without memfd
+        for fd in fds:
+            os.close(fd)
+        raise OSError(f"cannot create the shared-memory arenas: {e}") from e
     return fds

@@ -57,11 +57,12 @@ def run(config: NodeConfig) -> int:
     signal.signal(signal.SIGTERM, request_stop)
     signal.signal(signal.SIGINT, request_stop)
     # One shared-memory arena per shard for cross-core produce batches; every shard maps all.
-    arena_fds = (
-        create_arena_fds(shards, config.pipe_arena_bytes)
-        if shards > 1 and config.pipe_arena_bytes
-        else []
-    )
+    arena_fds: list[int] = []
+    if shards > 1 and config.pipe_arena_bytes:
+        try:
+            arena_fds = create_arena_fds(shards, config.pipe_arena_bytes)
+        except OSError as e:  # no memfd here: batches cross as pipe frames, slower but whole
+            log.warning("no shared-memory arenas (%s); forwarded batches go as pipe frames", e)
     children = []
     try:
         for shard_id in range(shards):
