@@ -64,7 +64,9 @@ class _Slot:
 class RequestContext:
     """What a handler sees of the request it serves, and how it answers."""
 
-    __slots__ = ("connection", "services", "api_key", "version", "client_id", "_slot")
+    __slots__ = (
+        "connection", "services", "api_key", "version", "client_id", "frame_buffer", "_slot"
+    )
 
     def __init__(
         self,
@@ -74,12 +76,17 @@ class RequestContext:
         version: int,
         client_id: str | None,
         slot: _Slot | None,
+        frame_buffer: Any = None,
     ) -> None:
         self.connection = connection
         self.services = services
         self.api_key = api_key
         self.version = version
         self.client_id = client_id
+        # The arena region the request was received into (shards/arena.py), or None. A
+        # handler that keeps the frame's bytes past `handle()` retains it, and releases it
+        # once done with them (produce: at each partition's phase one).
+        self.frame_buffer = frame_buffer
         self._slot = slot
 
     def respond(self, response: Any) -> None:
@@ -98,7 +105,7 @@ class Connection(LoopActor):
         self._fd = sock.fileno()
         self._services = services
         self._peer = _peer_name(sock)
-        self._frames = FrameReader()
+        self._frames = FrameReader(buffers=services.frame_buffer)
         self._pending: collections.deque[_Slot] = collections.deque()
         self._out: collections.deque[Any] = collections.deque()  # memoryviews and file regions
         self._out_head_sent = 0  # bytes of _out[0] already sent
@@ -145,6 +152,7 @@ class Connection(LoopActor):
             memory.release(slot.charged_bytes)
         self._pending.clear()
         self._out.clear()
+        self._frames.close()
         self._sock.close()
 
     # Reading ------------------------------------------------------------------------------
@@ -204,15 +212,25 @@ class Connection(LoopActor):
             log.warning("%s: bad frame: %s", self, e)
             self.close("bad frame")
             return
+        lent = self._frames.take_buffer()  # a large produce frame's arena region, if any
         for frame in frames:
             if self._closed:
+                if lent is not None:
+                    lent.release()
                 return
-            self._handle_frame(frame)
+            self._handle_frame(frame, lent)
         if not self._can_read() or self._services.memory.over():
             self._pause_reading()
             self._resume_reading()  # waits for memory if that is what is short
 
-    def _handle_frame(self, frame: bytearray) -> None:
+    def _handle_frame(self, frame: bytearray | memoryview, lent: Any = None) -> None:
+        try:
+            self._dispatch_frame(frame, lent)
+        finally:
+            if lent is not None:
+                lent.release()  # handlers that keep the bytes retained it
+
+    def _dispatch_frame(self, frame: bytearray | memoryview, lent: Any) -> None:
         try:
             api_key, version, correlation_id = _API_KEY_AND_VERSION.unpack_from(frame)
         except struct.error:
@@ -240,7 +258,9 @@ class Connection(LoopActor):
             slot = _Slot(correlation_id, api_key, version, len(frame))
             self._services.memory.acquire(len(frame))
             self._pending.append(slot)
-        context = RequestContext(self, self._services, api_key, version, header.client_id, slot)
+        context = RequestContext(
+            self, self._services, api_key, version, header.client_id, slot, lent
+        )
         try:
             handler.handle(context, request)
         except Exception:

@@ -259,11 +259,13 @@ class Partition(LoopActor):
 
     def _produce(self, m: Produce) -> None:
         # Phase one is answered as the partition takes the message: from here its place in the
-        # log is fixed (messages are handled one at a time, and the append below runs in this
-        # same turn, before any reply can leave the shard).
-        if m.on_dispatched is not None:
-            m.on_dispatched()
-        self._append(m)
+        # log is fixed (messages are handled one at a time). It runs after the append, in the
+        # same turn: its caller may then reuse the bytes (an arena region).
+        try:
+            self._append(m)
+        finally:
+            if m.on_dispatched is not None:
+                m.on_dispatched()
 
     def _append(self, m: Produce) -> None:
         log_ = self._log

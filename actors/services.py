@@ -98,6 +98,11 @@ class Services(Protocol):
         """Run `fn` on the I/O pool; call `done(result, error)` back on the loop thread."""
         ...
 
+    def frame_buffer(self, nbytes: int) -> Any:
+        """A reusable buffer to receive a large produce frame into (`view`, `retain()`,
+        `release()`; see shards/arena.py), or None: the frame gets a fresh bytearray."""
+        ...
+
 
 def now_ms() -> int:
     return time.time_ns() // 1_000_000

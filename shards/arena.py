@@ -1,37 +1,46 @@
-"""Shared-memory arenas: how a cross-core produce hands its batches to the owner by reference.
+"""Shared-memory arenas: large produce frames land here, and cross-core batches go by reference.
 
 Every shard has one arena: a `memfd` the supervisor creates before it starts the shards and
-hands to all of them, so every shard maps every arena. Shard i writes only into its own arena;
-shard j reads (and patches) the regions i names in a pipe message. A cross-core produce then
-costs one `memcpy` on the source shard, not ZeroMQ's path (a copy into the kernel, another out
-of it, a fresh buffer on the owner, ZeroMQ's I/O thread woken on both sides and a socket
-buffer of a few hundred KiB moved a piece at a time), and the owner `pwrite`s the batch to its
-segment straight from the arena. It is the nearest a process can come to what Seastar does
-between threads: hand over a pointer to the batch. The pipe message stays the ordering and the
-signal; only the bytes move out of band (DESIGN.md §5; the fetch path already does the same
-with file positions).
+hands to all of them, so every shard maps every arena (a node of one shard gets a private
+one). Shard i writes only into its own arena; shard j reads (and patches) the regions i
+names in a pipe message.
 
-Lifetime. The source allocates a region, copies the batch in, and sends (offset, length) on
-the pipe. The owner appends the batch in the loop turn in which it takes the message, so its
-phase-one answer ("dispatched"), which leaves after that turn, also says the region is free;
-the source releases it then (or on the first answer, if the owner refused the batch). Between
-send and release the source never touches the region and the owner is its only user.
+Two uses. A connection receives a large produce frame (over the 256 KiB scratch buffer of
+wire/frame.py) straight into a region (`lease`) instead of a fresh `bytearray`, whose pages
+this machine's kernel would have to fault in and zero for every request. And a batch for a
+partition owned by another shard crosses by reference: the pipe message carries (offset,
+length) and the owner appends the batch from the mapping (`pwrite`), instead of ZeroMQ
+copying it into the kernel and out again in socket-buffer-sized pieces, waking both shards'
+I/O threads and loops for each piece, and the owner copying it once more out of the
+read-only frame. A batch from a small frame is copied into a region first (`put`). It is the
+nearest a process can come to what Seastar does between threads: hand over a pointer to the
+batch. The pipe message stays the ordering and the signal; only the bytes move out of band
+(DESIGN.md §5; the fetch path already does the same with file positions).
+
+Lifetime. A region has holders. The connection holds a leased frame while its request is
+handled; each partition's produce made from it holds it until its phase one
+(`Produce.on_dispatched`), when the bytes are in the log or refused. A forwarded produce
+passes that hold on: the owner appends in the loop turn in which it takes the message, and
+its phase-one answer ("dispatched"), which leaves after that turn, releases it on the
+source. Between send and release the source never writes to the region.
 
 Allocation is a ring: regions are taken at the head and released in any order, and the tail
 moves past released regions in order. When nothing is live the head goes back to the start,
 so a lightly loaded node keeps touching the same first pages (an arena's pages stay resident
-once touched). A batch that does not fit returns None and the caller sends it the old way,
-as a payload frame on the pipe: the arena is a fast path, never a limit.
+once touched). When there is no room the caller does what it did before arenas: a frame gets
+a fresh `bytearray`, a forwarded batch goes as a payload frame on the pipe. The arena is a
+fast path, never a limit.
 """
 
 from __future__ import annotations
 
 import collections
+import ctypes
 import mmap
 import os
 from collections.abc import Sequence
 
-__all__ = ["Arena", "ArenaSet", "create_arena_fds"]
+__all__ = ["Arena", "ArenaLease", "ArenaSet", "create_arena_fds"]
 
 
 class Arena:
@@ -40,9 +49,10 @@ class Arena:
     def __init__(self, buffer: mmap.mmap | bytearray) -> None:
         self._buffer = buffer
         self._view = memoryview(buffer)
+        self._address = ctypes.addressof(ctypes.c_char.from_buffer(buffer))
         self.size = len(buffer)
         self._head = 0  # where the next region starts, unless it must wrap
-        # Live regions in allocation order: [start, end, released].
+        # Regions in allocation order: [start, end, references]; 0 references: free again.
         self._live: collections.deque[list[int]] = collections.deque()
         self._by_start: dict[int, list[int]] = {}
         self.used = 0  # bytes in live regions
@@ -60,17 +70,40 @@ class Arena:
         self._view[start : start + nbytes] = data
         return start
 
+    def lease(self, nbytes: int) -> ArenaLease | None:
+        """A new region of `nbytes` to fill in place (a frame received straight into it)."""
+        start = self._allocate(nbytes)
+        return None if start is None else ArenaLease(self, start, nbytes)
+
+    def retain(self, start: int) -> None:
+        """One more holder of the region at `start`; each calls `release` once."""
+        self._by_start[start][2] += 1
+
     def release(self, start: int) -> None:
-        """The region at `start` is free again (it may not be the oldest)."""
-        region = self._by_start.pop(start)
-        assert not region[2], f"arena region {start} released twice"
-        region[2] = 1
+        """One holder is done with the region at `start`; the last one frees it (it may not
+        be the oldest)."""
+        region = self._by_start[start]
+        assert region[2] > 0, f"arena region {start} released more than retained"
+        region[2] -= 1
+        if region[2]:
+            return
+        del self._by_start[start]
         self.used -= region[1] - region[0]
         live = self._live
-        while live and live[0][2]:
+        while live and not live[0][2]:
             live.popleft()
         if not live:
             self._head = 0
+
+    def offset_of(self, view: memoryview) -> int | None:
+        """Where `view` starts in this arena, or None if it is not inside it."""
+        if not view.nbytes or view.readonly:
+            return None
+        address = ctypes.addressof(ctypes.c_char.from_buffer(view))
+        offset = address - self._address
+        if 0 <= offset and offset + view.nbytes <= self.size:
+            return offset
+        return None
 
     def _allocate(self, nbytes: int) -> int | None:
         if nbytes <= 0 or nbytes > self.size:
@@ -81,7 +114,7 @@ class Arena:
         else:
             tail = live[0][0]
             head = self._head
-            # The oldest live region is never a released one, so head == tail means full.
+            # The oldest region is never a free one, so head == tail means full.
             if head > tail:  # not wrapped; free: [head, size) and [0, tail)
                 if self.size - head >= nbytes:
                     start = head
@@ -93,12 +126,34 @@ class Arena:
                 start = head
             else:
                 return None
-        region = [start, start + nbytes, 0]
+        region = [start, start + nbytes, 1]
         live.append(region)
         self._by_start[start] = region
         self._head = start + nbytes
         self.used += nbytes
         return start
+
+
+class ArenaLease:
+    """A region taken to receive one frame: `view` to fill, held until every holder released.
+
+    The connection holds it while the request is handled; each produce made from it holds it
+    until its phase one (`Produce.on_dispatched`), when its bytes are in the log or were
+    refused. A forwarded produce passes the region to the owner by reference, no copy.
+    """
+
+    __slots__ = ("_arena", "start", "view")
+
+    def __init__(self, arena: Arena, start: int, nbytes: int) -> None:
+        self._arena = arena
+        self.start = start
+        self.view = arena._view[start : start + nbytes]
+
+    def retain(self) -> None:
+        self._arena.retain(self.start)
+
+    def release(self) -> None:
+        self._arena.release(self.start)
 
 
 class ArenaSet:
@@ -118,6 +173,11 @@ class ArenaSet:
         for fd in fds:
             os.close(fd)  # the mappings keep the memory; the fds are no longer needed
         return cls(shard_id, buffers)
+
+    @classmethod
+    def private(cls, size: int) -> ArenaSet:
+        """A node of one shard: an arena only for frames received straight into it."""
+        return cls(0, [mmap.mmap(-1, size)])
 
     @staticmethod
     def in_memory(shards: int, size: int) -> list[ArenaSet]:

@@ -79,8 +79,9 @@ class NodeConfig:
     segment_ms: int = 7 * DAY_MS
     # Bytes in flight per shard before its connections stop reading (shards/memory.py).
     memory_budget_bytes: int = limits.shard_memory_budget_bytes
-    # Each shard's shared memory for batches it forwards to other shards (shards/arena.py);
-    # 0 sends every forwarded batch as a pipe frame instead.
+    # Each shard's shared memory (shards/arena.py): large produce requests are received into
+    # it and batches for other shards' partitions cross by reference. 0: fresh buffers and
+    # pipe frames instead.
     pipe_arena_bytes: int = limits.pipe_arena_bytes
     # Shards that accept Kafka connections: 0 means all. A bench and test knob: with 1, every
     # connection lands on shard 0, so partitions owned elsewhere take the cross-core path.

@@ -41,9 +41,10 @@ pipe_batch_messages_max = 256
 pipe_lazy_answer_delay_s = 0.005
 # A header carries type, correlation, partition and sizes: anything bigger is our bug.
 pipe_header_bytes_max = 64 * 1024
-# Each shard's shared-memory arena for cross-core produce batches (shards/arena.py). Regions
-# live from the forward to the owner's phase-one answer, a loop turn or two; this holds dozens
-# of full-size batches in flight. A batch that finds no room goes as a pipe frame instead.
+# Each shard's shared-memory arena (shards/arena.py): large produce frames are received into
+# it, and batches cross to other shards from it. A region lives until every partition's phase
+# one, a few ms at most; this holds a dozen full 1 MiB requests in flight. A frame or batch
+# that finds no room gets a fresh buffer or goes as a pipe frame instead.
 pipe_arena_bytes = 16 * 1024 * 1024
 # One log line per this many batches that found the arena full (the first one included).
 arena_miss_log_every = 10_000

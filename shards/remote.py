@@ -10,8 +10,8 @@ Actors never see the difference (DESIGN.md §2–5):
 
     source shard                               owner shard
     Produce(records, acks, reply) --produce--> Partition: append        (phase 1)
-      batch copied into the source's arena;    reads the batch in place
-      the header names the region
+      batch in the source's arena (received    reads the batch in place
+      there, or copied); the header names it
                                   <-dispatched-  order fixed, page cache has the bytes,
                                                  the arena region is free again
                                   <--produced--  flushed: base offset   (phase 2)
@@ -157,7 +157,11 @@ class RemotePartition:
 def _send_produce(ref: RemotePartition, m: Produce) -> None:
     user_reply = m.reply
     router = ref._router
-    region = router.arena_put(m.records)
+    region: int | None = None  # a region of our own, to free on the first answer
+    where = router.arena_offset(m.records) if m.on_dispatched is not None else None
+    if where is None:
+        where = region = router.arena_put(m.records)
+    # else: received into our arena, held by the caller until on_dispatched: pass it on
     first = True
 
     def on_reply(header: dict[str, Any], _frames: list[Any]) -> bool:
@@ -180,14 +184,14 @@ def _send_produce(ref: RemotePartition, m: Produce) -> None:
             )  # fmt: skip
         return False
 
-    if region is None:
+    if where is None:
         fields: dict[str, Any] = {"acks": m.acks}
         payloads = [m.records]
     else:  # the batches are in this shard's arena; the owner reads them there
-        fields = {"acks": m.acks, "a": [region, m.records.nbytes]}
+        fields = {"acks": m.acks, "a": [where, m.records.nbytes]}
         payloads = []
     # With acks=0 and a payload frame nothing need come back; a region must, to be freed.
-    wants_reply = user_reply is not None or region is not None or m.on_dispatched is not None
+    wants_reply = user_reply is not None or where is not None or m.on_dispatched is not None
     ref._call("produce", fields, payloads, on_reply if wants_reply else None)
 
 

@@ -324,6 +324,10 @@ class Router:
                 )  # fmt: skip
         return start
 
+    def arena_offset(self, records: memoryview) -> int | None:
+        """Where `records` are in this shard's arena, if they were received into it."""
+        return None if self._arenas is None else self._arenas.own.offset_of(records)
+
     def arena_release(self, start: int) -> None:
         assert self._arenas is not None
         self._arenas.own.release(start)

@@ -44,7 +44,7 @@ from actors.runtime import bind_loop, stop_all_actors
 from actors.services import BrokerSettings, TopicTable
 from actors.topic_config import TopicSettings
 from shards import limits
-from shards.arena import ArenaSet
+from shards.arena import ArenaLease, ArenaSet
 from shards.config import NodeConfig
 from shards.io_pool import IoPool
 from shards.memory import MemoryBudget
@@ -100,7 +100,13 @@ class Shard:
         self._group_coordinator: ActorRef[Any] | None = None
         self._mesh: Any = None
         self._router: Router | None = None
-        self._arenas = ArenaSet.from_fds(shard_id, arena_fds) if arena_fds else None
+        # Every arena of the node with more than one shard; with one, a private arena for
+        # large frames only. Either way large produce frames are received into our own.
+        self._arenas: ArenaSet | None = None
+        if arena_fds:
+            self._arenas = ArenaSet.from_fds(shard_id, arena_fds)
+        elif shards == 1 and config.pipe_arena_bytes:
+            self._arenas = ArenaSet.private(config.pipe_arena_bytes)
         self.memory = MemoryBudget(config.memory_budget_bytes, self._pipe_backlog_bytes)
         self._listener: socket.socket | None = None
         self._reader: ReaderEndpoint | None = None  # shard 0 only
@@ -120,6 +126,9 @@ class Shard:
 
     def local_partition(self, topic: str, index: int) -> ActorRef[Any] | None:
         return self._partitions.get((topic, index))
+
+    def frame_buffer(self, nbytes: int) -> ArenaLease | None:
+        return None if self._arenas is None else self._arenas.own.lease(nbytes)
 
     def write_caching(self, topic: str) -> bool:
         """Whether the topic answers produces at append time (`write.caching=true`)."""

@@ -13,31 +13,54 @@ bytes are never copied twice.
 
 A negative size or one over `frame_bytes_max` raises DecodeError; the caller closes the
 connection, as Kafka does.
+
+A reader given `buffers` asks it for the buffer of each large Produce frame (the shard hands
+out regions of its arena, reused instead of freshly allocated; see shards/arena.py). Such a
+frame is a `memoryview` of the region, and `take_buffer()` right after `advance()` returns
+its holder, which the caller releases when it is done with the frame.
 """
 
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
+from typing import Protocol
 
 from wire import limits
 from wire.errors import DecodeError
 
-__all__ = ["FrameReader", "SIZE_PREFIX_BYTES"]
+__all__ = ["FrameBuffer", "FrameReader", "SIZE_PREFIX_BYTES"]
 
 SIZE_PREFIX_BYTES = 4
 _SIZE = struct.Struct(">i")
 # Scratch space for small frames; a recv fills at most this much at once.
 _SCRATCH_BYTES = 256 * 1024
+_PRODUCE_KEY = b"\x00\x00"  # a request body starts with its int16 API key; Produce is 0
+
+
+class FrameBuffer(Protocol):
+    """A buffer lent for one frame: `view` is exactly the frame's size; `release` once."""
+
+    view: memoryview
+
+    def release(self) -> None: ...
 
 
 class FrameReader:
-    def __init__(self, frame_bytes_max: int = limits.frame_bytes_max) -> None:
+    def __init__(
+        self,
+        frame_bytes_max: int = limits.frame_bytes_max,
+        buffers: Callable[[int], FrameBuffer | None] | None = None,
+    ) -> None:
         self.frame_bytes_max = frame_bytes_max
+        self._buffers = buffers
+        self._big_buffer: FrameBuffer | None = None  # the lent buffer `_big` is, if any
+        self._done_buffer: FrameBuffer | None = None  # the last completed frame's
         self._scratch = bytearray(_SCRATCH_BYTES)
         self._scratch_view = memoryview(self._scratch)
         self._start = 0  # first unconsumed byte in scratch
         self._end = 0  # one past the last received byte in scratch
-        self._big: bytearray | None = None  # a large frame being filled in place
+        self._big: bytearray | memoryview | None = None  # a large frame being filled in place
         self._big_filled = 0
 
     @property
@@ -53,14 +76,15 @@ class FrameReader:
             self._compact()
         return self._scratch_view[self._end :]
 
-    def advance(self, nbytes: int) -> list[bytearray]:
+    def advance(self, nbytes: int) -> list[bytearray | memoryview]:
         """Account for `nbytes` just received into `buffer()`; return the frames completed."""
-        frames: list[bytearray] = []
+        frames: list[bytearray | memoryview] = []
         if self._big is not None:
             self._big_filled += nbytes
             if self._big_filled < len(self._big):
                 return frames
-            frames.append(self._big)
+            frames.append(self._big)  # alone: a large frame is never cut with others
+            self._done_buffer, self._big_buffer = self._big_buffer, None
             self._big = None
             self._big_filled = 0
             return frames
@@ -68,9 +92,22 @@ class FrameReader:
         self._cut_frames(frames)
         return frames
 
-    def feed(self, data: bytes) -> list[bytearray]:
+    def take_buffer(self) -> FrameBuffer | None:
+        """The lent buffer of the frame `advance` just returned, if it had one; the caller
+        now owns it and releases it when done with the frame."""
+        buffer, self._done_buffer = self._done_buffer, None
+        return buffer
+
+    def close(self) -> None:
+        """Give back a lent buffer of a frame still being received (the connection closed)."""
+        if self._big_buffer is not None:
+            self._big_buffer.release()
+            self._big_buffer = None
+        self._big = None
+
+    def feed(self, data: bytes) -> list[bytearray | memoryview]:
         """Convenience for tests and tools: copy `data` in and return the completed frames."""
-        frames: list[bytearray] = []
+        frames: list[bytearray | memoryview] = []
         view = memoryview(data)
         while view:
             target = self.buffer()
@@ -80,7 +117,7 @@ class FrameReader:
             frames.extend(self.advance(n))
         return frames
 
-    def _cut_frames(self, frames: list[bytearray]) -> None:
+    def _cut_frames(self, frames: list[bytearray | memoryview]) -> None:
         scratch = self._scratch
         while self._end - self._start >= SIZE_PREFIX_BYTES:
             (size,) = _SIZE.unpack_from(scratch, self._start)
@@ -94,7 +131,7 @@ class FrameReader:
                 continue
             if size + SIZE_PREFIX_BYTES > len(scratch):
                 # Too big for scratch: give the frame its own buffer and fill it in place.
-                big = bytearray(size)
+                big = self._big_frame_buffer(size, scratch[body_start : body_start + 2])
                 big[:available] = scratch[body_start : self._end]
                 self._big = big
                 self._big_filled = available
@@ -102,6 +139,14 @@ class FrameReader:
             break
         if self._start == self._end:
             self._start = self._end = 0
+
+    def _big_frame_buffer(self, size: int, head: bytes | bytearray) -> bytearray | memoryview:
+        if self._buffers is not None and head == _PRODUCE_KEY:
+            lent = self._buffers(size)
+            if lent is not None:
+                self._big_buffer = lent
+                return lent.view
+        return bytearray(size)
 
     def _compact(self) -> None:
         pending = self._end - self._start

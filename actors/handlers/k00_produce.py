@@ -44,13 +44,24 @@ def handle(ctx: Any, request: ProduceRequest) -> None:
     join = None
     if acks != 0:
         join = Join(len(parts), lambda results: ctx.respond(_response(parts, results)))
+    # Received into the shard's arena: each partition's produce holds the region until its
+    # phase one, when the bytes are in the log (or refused); a cross-core one passes them on
+    # by reference.
+    lent = ctx.frame_buffer
     for index, (topic, data) in enumerate(parts):
         reply = join.slot(index) if join is not None else None
         error, message, headers = _check(acks, request.transactional_id, data.records)
         if error is None:
             ref = services.partition(topic, data.index)
-            if ref is not None and send(ref, Produce(data.records, headers, acks, reply)):
-                continue
+            if ref is not None:
+                on_dispatched = None
+                if lent is not None:
+                    lent.retain()
+                    on_dispatched = lent.release
+                if send(ref, Produce(data.records, headers, acks, reply, on_dispatched)):
+                    continue
+                if lent is not None:
+                    lent.release()
             error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         if reply is not None:
             reply(ProduceResult(error, message=message))

@@ -218,3 +218,57 @@ def test_producer_flood_over_the_budget_stays_bounded(tmp_path: Path) -> None:
         assert peak[0] - baseline < 150, (baseline, peak[0])
     finally:
         node.kill9() if node.alive() else node.stop()
+
+
+@pytest.mark.parametrize("smp", [1, 2])
+def test_large_requests_received_into_the_arena(tmp_path: Path, smp: int) -> None:
+    """Produce requests over the scratch buffer (256 KiB) are received straight into the
+    shard's arena and, with 2 shards, forwarded from there by reference: 20 pipelined
+    requests of ~600 KB, every byte read back where it belongs."""
+    node = BrokerProcess(tmp_path / "data", smp=smp).start()
+    try:
+        topic = "large"
+        create_topic(node, topic, partitions=3)
+
+        def value(round_: int, p: int) -> bytes:
+            return bytes([round_ * 3 + p]) * 200_000
+
+        with RawClient(node.bootstrap) as client:
+            correlations = [
+                client.send(
+                    0,
+                    9,
+                    ProduceRequest(
+                        acks=-1,
+                        timeout_ms=5000,
+                        topic_data=[
+                            ProduceRequest.TopicProduceData(
+                                name=topic,
+                                partition_data=[
+                                    ProduceRequest.PartitionProduceData(
+                                        index=p,
+                                        records=build_batch([(None, value(round_, p), [])]),
+                                    )
+                                    for p in range(3)
+                                ],
+                            )
+                        ],
+                    ),
+                )
+                for round_ in range(20)
+            ]
+            for round_, correlation in enumerate(correlations):
+                got, response = client.receive(0, 9)
+                assert got == correlation
+                partitions = response.responses[0].partition_responses
+                assert [(p.index, p.error_code, p.base_offset) for p in partitions] == [
+                    (p, 0, round_) for p in range(3)
+                ]
+        got = consume(node, topic, 3, 60)
+        for p in range(3):
+            assert [m.value() for m in got if m.partition() == p] == [
+                value(r, p) for r in range(20)
+            ]
+        assert "batches sent as frames" not in node.log()
+    finally:
+        node.stop()

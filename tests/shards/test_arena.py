@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import mmap
 import multiprocessing
 import os
 import random
@@ -102,3 +103,30 @@ def test_arenas_are_shared_between_processes() -> None:
                 os.close(fd)
             except OSError:
                 pass
+
+
+def test_a_lease_is_free_only_when_every_holder_released_it() -> None:
+    arena = Arena(bytearray(1000))
+    lease = arena.lease(600)
+    assert lease is not None and lease.start == 0 and lease.view.nbytes == 600
+    lease.view[:5] = b"frame"
+    lease.retain()  # a produce made from the frame
+    lease.retain()  # another partition's
+    lease.release()  # the connection is done
+    lease.release()
+    assert arena.lease(600) is None and arena.used == 600  # one holder left
+    lease.release()
+    assert arena.used == 0 and arena.live_regions == 0
+    with pytest.raises(KeyError):
+        lease.release()  # released more than retained
+
+
+def test_offset_of_finds_views_inside_the_arena_only() -> None:
+    arena = Arena(mmap.mmap(-1, 4096))
+    lease = arena.lease(1000)
+    assert lease is not None
+    assert arena.offset_of(lease.view) == 0
+    assert arena.offset_of(lease.view[100:200]) == 100
+    assert arena.offset_of(memoryview(bytearray(100))) is None  # some other buffer
+    assert arena.offset_of(memoryview(b"read-only bytes")) is None
+    assert arena.offset_of(lease.view[0:0]) is None

@@ -350,3 +350,36 @@ def test_remote_phase_one_runs_the_producers_on_dispatched_once(
     assert sorted(events) == ["dispatched acks=-1", "dispatched acks=0", "produced"]
     assert events.index("dispatched acks=-1") < events.index("produced")
     assert_arena_empty(router0)
+
+
+@pytest.mark.parametrize("two_shards", ["arena"], indirect=True)
+def test_a_batch_received_into_the_arena_goes_by_reference(
+    loop: asyncio.AbstractEventLoop, two_shards: Any
+) -> None:
+    """A produce frame received into shard 0's arena is not copied again to cross: the
+    owner appends from the region the frame is in, and phase one gives it back."""
+    router0, _router1, _ = two_shards
+    arenas = router0._arenas
+    assert arenas is not None
+    batch = build_batch([(None, b"in place", [])])
+    lease = arenas.own.lease(len(batch) + 10)
+    assert lease is not None
+    lease.view[10:] = batch  # as if received after a 10-byte request header
+    records = lease.view[10:]
+    lease.retain()  # what the produce handler does for the partition
+    produced: list[ProduceResult] = []
+    RemotePartition(router0, 1, "t", 0).tell(
+        Produce(records, iter_batches(records), -1, produced.append, lease.release)
+    )
+    assert arenas.own.live_regions == 1  # the frame's region only: no copy was made
+    lease.release()  # the connection is done with the frame
+    settle(loop, lambda: bool(produced))
+    assert produced[0].error == ErrorCode.NONE
+    assert_arena_empty(router0)
+    reads: list[ReadResult] = []
+    RemotePartition(router0, 1, "t", 0).tell(
+        Read(0, 1 << 20, -1, FetchBudget(1 << 20), reads.append)
+    )
+    settle(loop, lambda: bool(reads))
+    values = [r.value for r in iter_records(reads[0].records.read())]  # type: ignore[union-attr]
+    assert values == [b"in place"]
