@@ -127,6 +127,25 @@ def _summarise(a: Side, b: Side, res: dict[str, Any], prefix: str) -> None:
     res[f"{prefix}_msgs_per_s_median"] = _median(rate)
 
 
+def _once_ratios(a: Side, b: Side, res: dict[str, Any], name: Callable[[str], str]) -> None:
+    """B over A for the phases run once per side, under ``name(<what>)`` keys."""
+    paths = {
+        "consume_cpu_per_gb": ("consume", "broker_cpu_s_per_gb"),
+        "consume": ("consume", "msgs_per_s"),
+        "fixed_rate_cpu_per_gb": ("fixed_rate_20k", "broker_cpu_s_per_gb"),
+        "fixed_rate_p99": ("fixed_rate_20k", "latency_ms", "p99"),
+    }
+    for what, path in paths.items():
+        res[name(what)] = _ratio(_get(b.res, *path), _get(a.res, *path))
+
+
+def _cross_name(what: str) -> str:
+    """`cross_core_vs_local` keys: ``consume_cross_over_local_cpu_per_gb`` and so on."""
+    if what.endswith("_cpu_per_gb"):
+        return f"{what.removesuffix('_cpu_per_gb')}_cross_over_local_cpu_per_gb"
+    return f"{what}_cross_over_local"
+
+
 def _after_rounds(
     sides: list[Side], value: bytes, fixed_s: float, args: argparse.Namespace, label: str
 ) -> None:
@@ -213,14 +232,7 @@ def run_shards_1_vs_2(args: argparse.Namespace, ceilings: dict[str, Any]) -> dic
         _summarise(sides[0], sides[1], res, "smp_2_over_1")
         res["cpu_per_gb_2_over_1"] = res["smp_2_over_1_cpu_per_gb_median"]
         res["produce_2_over_1"] = res["smp_2_over_1_msgs_per_s_median"]
-
-        def ratio(*path: str) -> float | None:
-            return _ratio(_get(sides[1].res, *path), _get(sides[0].res, *path))
-
-        res["consume_cpu_per_gb_2_over_1"] = ratio("consume", "broker_cpu_s_per_gb")
-        res["consume_2_over_1"] = ratio("consume", "msgs_per_s")
-        res["fixed_rate_cpu_per_gb_2_over_1"] = ratio("fixed_rate_20k", "broker_cpu_s_per_gb")
-        res["fixed_rate_p99_2_over_1"] = ratio("fixed_rate_20k", "latency_ms", "p99")
+        _once_ratios(sides[0], sides[1], res, lambda what: f"{what}_2_over_1")
     for side in sides:
         figures = {"produce": side.res.get("produce_median")}
         figures.update({k: side.res.get(k) for k in ("consume", "fixed_rate_20k")})
@@ -293,16 +305,7 @@ def run_cross_core_vs_local(args: argparse.Namespace) -> dict[str, Any]:
         _summarise(sides[0], sides[1], res, "cross_over_local")
         res["cross_over_local_cpu_per_gb"] = res["cross_over_local_cpu_per_gb_median"]
         res["produce_cross_over_local"] = res["cross_over_local_msgs_per_s_median"]
-
-        def ratio(*path: str) -> float | None:
-            return _ratio(_get(sides[1].res, *path), _get(sides[0].res, *path))
-
-        res["consume_cross_over_local_cpu_per_gb"] = ratio("consume", "broker_cpu_s_per_gb")
-        res["consume_cross_over_local"] = ratio("consume", "msgs_per_s")
-        res["fixed_rate_cross_over_local_cpu_per_gb"] = ratio(
-            "fixed_rate_20k", "broker_cpu_s_per_gb"
-        )
-        res["fixed_rate_p99_cross_over_local"] = ratio("fixed_rate_20k", "latency_ms", "p99")
+        _once_ratios(sides[0], sides[1], res, _cross_name)
     res["target_met"] = {
         "cross_over_local_cpu_per_gb_le_1_3": _cmp(
             res.get("cross_over_local_cpu_per_gb"), "le", TARGET_CROSS_OVER_LOCAL_CPU_PER_GB
