@@ -134,10 +134,15 @@ class Router:
         messages = self._outbox.pop(target, None)
         if not messages:
             return
-        lazy = self._lazy.pop(target, None)
-        if lazy:
-            self._lazy_timers.pop(target).cancel()
-            messages = lazy + messages
+        lazy = self._take_lazy(target)
+        if len(lazy) + len(messages) <= limits.pipe_batch_messages_max:
+            messages = lazy + messages  # phase-one answers first: they are the older
+        elif lazy:
+            self._write(target, lazy)
+        self._write(target, messages)
+
+    def _write(self, target: int, messages: list[tuple[dict[str, Any], list[Any]]]) -> None:
+        """One pipe message: the message itself, or a "batch" of them."""
         writer = self._mesh.writer(target)
         if len(messages) == 1:
             header, payloads = messages[0]
@@ -186,13 +191,21 @@ class Router:
                 limits.pipe_lazy_answer_delay_s, self._flush_lazy, source
             )
         lazy.append((header, []))
+        if len(lazy) >= limits.pipe_batch_messages_max:
+            self._flush_lazy(source)
+
+    def _take_lazy(self, target: int) -> list[tuple[dict[str, Any], list[Any]]]:
+        """The phase-one answers waiting for `target`, their timer cancelled."""
+        lazy = self._lazy.pop(target, [])
+        timer = self._lazy_timers.pop(target, None)
+        if timer is not None:
+            timer.cancel()
+        return lazy
 
     def _flush_lazy(self, target: int) -> None:
-        lazy = self._lazy.pop(target, None)
-        self._lazy_timers.pop(target, None)
+        lazy = self._take_lazy(target)
         if lazy:
-            self._outbox[target] = lazy + self._outbox.get(target, [])
-            self._flush_target(target)
+            self._write(target, lazy)
 
     def _answer(
         self,

@@ -31,6 +31,7 @@ from actors.partition import (
 from actors.runtime import bind_loop, stop_all_actors
 from actors.services import BrokerSettings, TopicTable
 from actors.topic_config import TopicSettings
+from shards import limits
 from shards.arena import ArenaSet
 from shards.pipes import MemoryPipeNetwork
 from shards.remote import RemotePartition
@@ -383,3 +384,32 @@ def test_a_batch_received_into_the_arena_goes_by_reference(
     settle(loop, lambda: bool(reads))
     values = [r.value for r in iter_records(reads[0].records.read())]  # type: ignore[union-attr]
     assert values == [b"in place"]
+
+
+def test_waiting_phase_one_answers_never_make_an_oversize_pipe_message(
+    loop: asyncio.AbstractEventLoop, two_shards: Any
+) -> None:
+    """More phase-one answers than one pipe message may carry wait for a ride: they leave in
+    messages of at most `pipe_batch_messages_max`, and every request is still answered."""
+    router0, _router1, _ = two_shards
+    most = limits.pipe_batch_messages_max
+    messages: list[dict[str, Any]] = []
+    mesh = router0._mesh
+    on_message = mesh.on_message
+
+    def counting(source: int, header: dict[str, Any], frames: list[Any]) -> None:
+        messages.append(header)
+        on_message(source, header, frames)
+
+    mesh.on_message = counting
+    produced: list[ProduceResult] = []
+    remote = RemotePartition(router0, 1, "t", 0)
+    count = most + most // 2
+    for i in range(count):
+        batch = build_batch([(None, str(i).encode(), [])])
+        remote.tell(Produce(memoryview(batch), iter_batches(batch), -1, produced.append))
+    settle(loop, lambda: len(produced) == count)
+    assert [r.base_offset for r in produced] == list(range(count))
+    assert router0.dispatched == count
+    assert all(len(m["m"]) <= most for m in messages if m["t"] == "batch")
+    assert_arena_empty(router0)
