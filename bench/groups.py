@@ -26,9 +26,9 @@ from bench.run import (
     _cmp,
     client_cpu,
     create_topic,
+    finish,
     header,
     liveness,
-    loadavg,
 )
 
 # Issue 4 (consumer groups): the targets.
@@ -319,10 +319,7 @@ def run_offset_commit_rate(args: argparse.Namespace) -> dict[str, Any]:
         _broker_stop_figures(res, broker)
     rate = res.get("pipelined", {}).get("commits_per_s")
     res["target_met"] = {"commits_ge_5000_per_s": _cmp(rate, "ge", TARGET_COMMITS_PER_S)}
-    res["loadavg_end"] = loadavg()
-    res["wall_s"] = round(time.monotonic() - t0, 2)
-    res.setdefault("error", None)
-    return res
+    return finish(res, t0)
 
 
 # --------------------------------------------------------------------------- rebalance_time
@@ -559,10 +556,8 @@ def run_rebalance_time(args: argparse.Namespace) -> dict[str, Any]:
             errors.append(f"delay {delay_ms}: {sub['error']}")
     join_max = res["delay_0"].get("join_s", {}).get("max")
     res["target_met"] = {"rebalance_3_members_le_1s": _cmp(join_max, "le", TARGET_REBALANCE_S)}
-    res["loadavg_end"] = loadavg()
-    res["wall_s"] = round(time.monotonic() - t0, 2)
     res["error"] = "; ".join(errors) or None
-    return res
+    return finish(res, t0)
 
 
 GROUP_CASES = {

@@ -84,6 +84,14 @@ def loadavg() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
 
+def finish(res: dict[str, Any], t0: float) -> dict[str, Any]:
+    """The fields every case's line ends with: load at the end, wall time, error (or None)."""
+    res["loadavg_end"] = loadavg()
+    res["wall_s"] = round(time.monotonic() - t0, 2)
+    res.setdefault("error", None)
+    return res
+
+
 def header(case: str, args: argparse.Namespace) -> dict[str, Any]:
     import confluent_kafka
 
@@ -802,10 +810,7 @@ def run_produce_consume(
         _get(fixed, "latency_ms", "p99"), "lt", TARGET_FIXED_RATE_P99_MS
     )
     res["target_met"] = targets
-    res["loadavg_end"] = loadavg()
-    res["wall_s"] = round(time.monotonic() - t0, 2)
-    res.setdefault("error", None)
-    return res
+    return finish(res, t0)
 
 
 def run_rss_100_partitions(args: argparse.Namespace) -> dict[str, Any]:
@@ -856,10 +861,7 @@ def run_rss_100_partitions(args: argparse.Namespace) -> dict[str, Any]:
             res.get("rss_after_produce_mib"), "lt", TARGET_RSS_MIB_100_PARTITIONS
         )
     }
-    res["loadavg_end"] = loadavg()
-    res["wall_s"] = round(time.monotonic() - t0, 2)
-    res.setdefault("error", None)
-    return res
+    return finish(res, t0)
 
 
 # --------------------------------------------------------------------------- main

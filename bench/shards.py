@@ -35,10 +35,10 @@ from bench.run import (
     _ratio,
     consume_all,
     create_topic,
+    finish,
     header,
     idle_cpu,
     liveness,
-    loadavg,
     produce_fixed_rate,
     produce_max,
     vs_ceiling,
@@ -244,10 +244,7 @@ def run_shards_1_vs_2(args: argparse.Namespace, ceilings: dict[str, Any]) -> dic
         ),
         "produce_2_ge_1": _cmp(res.get("produce_2_over_1"), "ge", TARGET_PRODUCE_2_OVER_1),
     }
-    res["loadavg_end"] = loadavg()
-    res["wall_s"] = round(time.monotonic() - t0, 2)
-    res.setdefault("error", None)
-    return res
+    return finish(res, t0)
 
 
 def _topic_on_shard(prefix: str, shard: int, shards: int = 2) -> str:
@@ -311,7 +308,4 @@ def run_cross_core_vs_local(args: argparse.Namespace) -> dict[str, Any]:
             res.get("cross_over_local_cpu_per_gb"), "le", TARGET_CROSS_OVER_LOCAL_CPU_PER_GB
         ),
     }
-    res["loadavg_end"] = loadavg()
-    res["wall_s"] = round(time.monotonic() - t0, 2)
-    res.setdefault("error", None)
-    return res
+    return finish(res, t0)

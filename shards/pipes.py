@@ -159,25 +159,12 @@ class _Backlog:
             self._on_backlog(self.target, 0)
 
 
-# ZeroMQ ----------------------------------------------------------------------------------
+class _WriterBase:
+    """What both transports' writers share: the header packer and the local backlog."""
 
-
-class _ZmqPipeWriter:
-    """The writing end of one pipe: a PUSH socket plus the local backlog."""
-
-    def __init__(
-        self,
-        socket: zmq.Socket[Any],
-        target: int,
-        loop: asyncio.AbstractEventLoop,
-        on_backlog: OnBacklog | None,
-    ) -> None:
-        self._socket = socket
-        self._fd = socket.fileno()
-        self._loop = loop
+    def __init__(self, target: int, on_backlog: OnBacklog | None) -> None:
         self._packer = msgpack.Packer(use_bin_type=True)
         self._backlog = _Backlog(target, on_backlog)
-        self._flush_pending = False
         self._closed = False
 
     @property
@@ -187,6 +174,26 @@ class _ZmqPipeWriter:
     @property
     def backlog_messages(self) -> int:
         return len(self._backlog.queue)
+
+
+# ZeroMQ ----------------------------------------------------------------------------------
+
+
+class _ZmqPipeWriter(_WriterBase):
+    """The writing end of one pipe: a PUSH socket plus the local backlog."""
+
+    def __init__(
+        self,
+        socket: zmq.Socket[Any],
+        target: int,
+        loop: asyncio.AbstractEventLoop,
+        on_backlog: OnBacklog | None,
+    ) -> None:
+        super().__init__(target, on_backlog)
+        self._socket = socket
+        self._fd = socket.fileno()
+        self._loop = loop
+        self._flush_pending = False
 
     def send(self, header: Any, payloads: Sequence[Buffer] = ()) -> None:
         assert not self._closed, "send on a closed pipe"
@@ -382,7 +389,7 @@ class ZmqPipeMesh:
 # In memory -------------------------------------------------------------------------------
 
 
-class _MemoryPipe:
+class _MemoryPipe(_WriterBase):
     """One source→target pipe: `in_flight` plays ZeroMQ's queue, bounded by `capacity`."""
 
     def __init__(
@@ -392,22 +399,12 @@ class _MemoryPipe:
         target: int,
         on_backlog: OnBacklog | None,
     ) -> None:
+        super().__init__(target, on_backlog)
         self._network = network
         self.source = source
         self.target = target
-        self._packer = msgpack.Packer(use_bin_type=True)
         self._in_flight: collections.deque[tuple[bytes, list[memoryview]]] = collections.deque()
-        self._backlog = _Backlog(target, on_backlog)
         self._delivery_pending = False
-        self._closed = False
-
-    @property
-    def backlog_bytes(self) -> int:
-        return self._backlog.bytes
-
-    @property
-    def backlog_messages(self) -> int:
-        return len(self._backlog.queue)
 
     @property
     def in_flight_messages(self) -> int:
