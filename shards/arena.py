@@ -47,8 +47,7 @@ class Arena:
     """A ring allocator over one shared buffer (this shard's own arena)."""
 
     def __init__(self, buffer: mmap.mmap | bytearray) -> None:
-        self._buffer = buffer
-        self._view = memoryview(buffer)
+        self._view = memoryview(buffer)  # keeps the mapping alive
         self._address = ctypes.addressof(ctypes.c_char.from_buffer(buffer))
         self.size = len(buffer)
         self._head = 0  # where the next region starts, unless it must wrap
@@ -162,8 +161,7 @@ class ArenaSet:
     def __init__(self, shard_id: int, buffers: Sequence[mmap.mmap | bytearray]) -> None:
         assert 0 <= shard_id < len(buffers)
         self.shard_id = shard_id
-        self._buffers = list(buffers)
-        self._views = [memoryview(b) for b in buffers]
+        self._views = [memoryview(b) for b in buffers]  # they keep the mappings alive
         self.own = Arena(buffers[shard_id])
 
     @classmethod
