@@ -306,6 +306,21 @@ def create_topic(bootstrap: str, name: str, partitions: int, timeout: float = 30
     raise CaseError(f"topic {name} not ready after {timeout}s: {last}")
 
 
+def delete_topic(bootstrap: str, name: str, timeout: float = 30.0) -> None:
+    """DeleteTopics via AdminClient; returns once the broker has answered."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    futs = admin.delete_topics([name], request_timeout=timeout)
+    try:
+        futs[name].result(timeout=timeout)
+    except KafkaException as e:
+        raise CaseError(f"DeleteTopics {name} failed: {e}") from e
+    except concurrent.futures.TimeoutError as e:
+        raise CaseError(f"DeleteTopics {name}: no answer in {timeout}s") from e
+
+
 def _close_bounded(client: Any, what: str, timeout: float = 10.0) -> None:
     t = threading.Thread(target=client.close, name=f"close-{what}", daemon=True)
     t.start()

@@ -1,14 +1,19 @@
 """Issue #3's cases: 2 shards against 1, and the cross-core produce path against the local one.
 
 Each case compares two set-ups ("sides") in one run. On this shared virtual machine the CPU
-a gigabyte costs drifts by 2x within a minute (a page the page cache takes may have to be
-handed over by the hypervisor first, at a few µs each, and the guest gives freed pages
-back), far more than the effects measured here. So the two sides run side by side, and the
-produce phase is repeated in `rounds` rounds in ABBA order (A then B, B then A, ...): each
-round measures both sides within seconds of each other, and the case reports every round,
-each side's median, and the median over rounds of the per-round ratio, which is the figure
-the targets are checked against. Consume and fixed-rate phases run once per side after the
-rounds.
+a gigabyte costs drifts by 2x within a minute, far more than the effects measured here. So
+the two sides run side by side, and the produce phase is repeated in `rounds` rounds in ABBA
+order (A then B, B then A, ...): each round measures both sides within seconds of each other,
+and the case reports every round, each side's median, and the median over rounds of the
+per-round ratio, which is the figure the targets are checked against. Consume and fixed-rate
+phases run once per side after the rounds.
+
+Each round produces into a topic of its own and first deletes the side's previous one, so
+the page cache stays the size of one round, as a broker's does in steady state (retention
+deletes as fast as producers write). Growing it instead made each gigabyte up to 10x dearer
+late in a run: a page the page cache takes for the first time has to be handed over by the
+hypervisor (this guest gives freed pages back), while a page freed a moment ago is reused
+at once. A raw write + fdatasync loop shows the same step after ~1 GiB of fresh pages.
 
     python -m bench.run --case shards_1_vs_2 --case cross_core_vs_local [--rounds 6]
 """
@@ -35,6 +40,7 @@ from bench.run import (
     _ratio,
     consume_all,
     create_topic,
+    delete_topic,
     finish,
     header,
     idle_cpu,
@@ -55,17 +61,32 @@ ROUNDS = 6
 
 
 class Side:
-    """One set-up of a comparison: a broker (possibly shared with the other side), a topic."""
+    """One set-up of a comparison: a broker (possibly shared with the other side), and the
+    topic of its current round, named by `topic_for(round)`."""
 
-    def __init__(self, name: str, broker: Broker, topic: str, partitions: int) -> None:
+    def __init__(
+        self, name: str, broker: Broker, topic_for: Callable[[int], str], partitions: int
+    ) -> None:
         self.name = name
         self.broker = broker
-        self.topic = topic
+        self.topic_for = topic_for
+        self.topic = topic_for(0)
         self.partitions = partitions
         self.cpu = ProcessCpu(broker)
         self.check = liveness(broker)
-        self.res: dict[str, Any] = {"topic": topic, "partitions": partitions, "rounds": []}
+        self.res: dict[str, Any] = {"topic": self.topic, "partitions": partitions, "rounds": []}
+        self.produced = 0  # into the current topic
+
+    def create_topic(self) -> float:
+        return create_topic(self.broker.bootstrap, self.topic, self.partitions)
+
+    def next_topic(self, round_: int) -> None:
+        """Delete this side's topic, then create the one for `round_` (see the module doc)."""
+        delete_topic(self.broker.bootstrap, self.topic)
+        self.topic = self.topic_for(round_)
+        self.create_topic()
         self.produced = 0
+        self.res["topic"] = self.topic
 
     def phase(self, fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:
         before = self.cpu.snapshot()
@@ -98,6 +119,7 @@ def _rounds(
     """ABBA rounds of the produce phase, appended to each side's ``rounds``."""
     for r in range(rounds):
         for side in (a, b) if r % 2 == 0 else (b, a):
+            side.next_topic(r + 1)  # round 0's topic took the warm-up
             out = side.produce(n, value, args)
             side.res["rounds"].append(out)
             log(
@@ -205,12 +227,10 @@ def run_shards_1_vs_2(args: argparse.Namespace, ceilings: dict[str, Any]) -> dic
             RssSampler(brokers[2].pid) as rss2,
         ):
             for smp, broker in brokers.items():
-                side = Side(f"smp={smp}", broker, topic, PARTITIONS)
+                side = Side(f"smp={smp}", broker, lambda r: f"{topic}-{r}", PARTITIONS)
                 side.res["smp"] = smp
                 side.res["broker_pid"] = broker.pid
-                side.res["topic_create_s"] = round(
-                    create_topic(broker.bootstrap, topic, PARTITIONS), 3
-                )
+                side.res["topic_create_s"] = round(side.create_topic(), 3)
                 side.produce(warmup, value, args)  # untimed: connections, segments, caches
                 side.res["idle"] = idle_cpu(broker, 1.0 if args.quick else 2.0)
                 sides.append(side)
@@ -279,9 +299,11 @@ def run_cross_core_vs_local(args: argparse.Namespace) -> dict[str, Any]:
         with broker, RssSampler(broker.pid) as rss:
             res["broker_pid"] = broker.pid
             for name, owner in (("local", 0), ("cross", 1)):
-                side = Side(name, broker, _topic_on_shard(f"bench-{name}", owner), 1)
+                side = Side(
+                    name, broker, lambda r, n=name, o=owner: _topic_on_shard(f"bench-{n}-{r}", o), 1
+                )
                 side.res["owner_shard"] = owner
-                side.res["topic_create_s"] = round(create_topic(broker.bootstrap, side.topic, 1), 3)
+                side.res["topic_create_s"] = round(side.create_topic(), 3)
                 side.produce(warmup, value, args)  # untimed: both paths warm
                 sides.append(side)
             res["idle"] = idle_cpu(broker, 1.0 if args.quick else 2.0)

@@ -7,9 +7,13 @@ each, and each job reports all its results back with a single `call_soon_threads
 Why: every hand-off wakes a thread, and every wake-up makes it fight the loop thread for the
 GIL. Measured on this machine with one produce request touching six partitions, one job per
 fdatasync spent a third of the loop thread's time inside `ThreadPoolExecutor.submit`.
-Batching keeps the number of thread wake-ups per loop turn at most `io_threads`, whatever the
-number of partitions. Calls in one job run in order; jobs run in parallel, so fdatasyncs of
-different files still overlap on the device.
+Batching keeps the number of thread wake-ups per loop turn at most `threads`, whatever the
+number of partitions, and each job takes at least `calls_per_job` calls: a wake-up costs more
+CPU here than the ~0.25 ms a further fdatasync adds to the job (with three partitions per
+shard on two shards, one job instead of three cut the node's CPU per GB by a quarter; see
+bench/README.md). Calls in one job run in order; jobs run in parallel, so with many
+partitions fdatasyncs of different files still overlap on the device. The workers run as
+helpers (shards/threads.py): waking one never preempts the loop thread.
 """
 
 from __future__ import annotations
@@ -19,17 +23,22 @@ import concurrent.futures
 from collections.abc import Callable
 from typing import Any
 
+from shards.threads import run_as_helper
+
 __all__ = ["IoPool"]
 
 Done = Callable[[Any, BaseException | None], None]
 
 
 class IoPool:
-    def __init__(self, loop: asyncio.AbstractEventLoop, threads: int, name: str) -> None:
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, threads: int, name: str, calls_per_job: int = 1
+    ) -> None:
         self._loop = loop
         self._threads = threads
+        self._calls_per_job = max(1, calls_per_job)
         self._executor = concurrent.futures.ThreadPoolExecutor(
-            max_workers=threads, thread_name_prefix=name
+            max_workers=threads, thread_name_prefix=name, initializer=run_as_helper
         )
         self._pending: list[tuple[Callable[[], Any], Done]] = []
 
@@ -44,7 +53,7 @@ class IoPool:
 
     def _dispatch(self) -> None:
         calls, self._pending = self._pending, []
-        jobs = min(self._threads, len(calls))
+        jobs = min(self._threads, -(-len(calls) // self._calls_per_job))
         for j in range(jobs):
             self._executor.submit(self._run_job, calls[j::jobs])
 

@@ -5,6 +5,9 @@ from __future__ import annotations
 # Threads per shard for blocking calls (fdatasync, large reads). fdatasyncs of different
 # partitions run in parallel on the device; more threads than this only add GIL churn.
 io_threads = 4
+# Calls (fdatasyncs) one I/O job takes before another thread is woken for the rest: up to
+# this many partitions flushed in one loop turn cost one wake-up (shards/io_pool.py).
+io_calls_per_job = 4
 # Pending connections the kernel queues per shard before accept.
 listen_backlog = 1024
 # Connections accepted per readiness event before the loop serves other work.

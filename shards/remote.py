@@ -175,6 +175,8 @@ def _send_produce(ref: RemotePartition, m: Produce) -> None:
         if header.get("k") == "dispatched":
             router.dispatched += 1
             return user_reply is not None  # phase two, "produced", follows unless acks=0
+        if "d" in header:  # "produced", with phase one in it (it had not left yet)
+            router.dispatched += 1
         if user_reply is not None:
             user_reply(
                 ProduceResult(

@@ -70,8 +70,8 @@ class Router:
         # Messages for each target gathered during one loop turn, sent as one pipe message.
         self._outbox: dict[int, list[tuple[dict[str, Any], list[Any]]]] = {}
         self._flush_scheduled = False
-        # Phase-one answers waiting for a ride to their shard (see `_answer_lazily`).
-        self._lazy: dict[int, list[tuple[dict[str, Any], list[Any]]]] = {}
+        # Phase-one answers waiting for a ride to their shard, by request id (`_answer_lazily`).
+        self._lazy: dict[int, dict[int, dict[str, Any]]] = {}
         self._lazy_timers: dict[int, Any] = {}
         self._group: _AnswerGroup | None = None  # while serving a batch message
         self._segments: collections.OrderedDict[str, int] = collections.OrderedDict()
@@ -178,7 +178,8 @@ class Router:
         every pipe message costs both shards a wake-up of their loop and of ZeroMQ's I/O
         thread (~70 µs of CPU here). So "dispatched" leaves with the next message to that
         shard, usually the same request's "produced" after its flush, and at the latest
-        `pipe_lazy_answer_delay_s` after it was made.
+        `pipe_lazy_answer_delay_s` after it was made. If the same request's "produced" is
+        sent first, it takes phase one along in itself (`_answer_produced`).
         """
         if "id" not in request:
             return
@@ -186,21 +187,33 @@ class Router:
         header["id"] = request["id"]
         lazy = self._lazy.get(source)
         if lazy is None:
-            lazy = self._lazy[source] = []
+            lazy = self._lazy[source] = {}
             self._lazy_timers[source] = current_loop().call_later(
                 limits.pipe_lazy_answer_delay_s, self._flush_lazy, source
             )
-        lazy.append((header, []))
+        lazy[request["id"]] = header
         if len(lazy) >= limits.pipe_batch_messages_max:
             self._flush_lazy(source)
 
     def _take_lazy(self, target: int) -> list[tuple[dict[str, Any], list[Any]]]:
         """The phase-one answers waiting for `target`, their timer cancelled."""
-        lazy = self._lazy.pop(target, [])
+        lazy = self._lazy.pop(target, None)
         timer = self._lazy_timers.pop(target, None)
         if timer is not None:
             timer.cancel()
-        return lazy
+        return [(header, []) for header in lazy.values()] if lazy else []
+
+    def _answer_produced(
+        self, source: int, request: dict[str, Any], header: dict[str, Any]
+    ) -> None:
+        """Phase two of a produce. If its phase one still waits for a ride, this answer
+        carries both ("d"): one answer for the source to handle instead of two."""
+        lazy = self._lazy.get(source)
+        if lazy and lazy.pop(request.get("id", -1), None) is not None:
+            header["d"] = 1
+            if not lazy:
+                self._take_lazy(source)  # nothing left to wait for: drop the timer
+        self._answer(source, request, header)
 
     def _flush_lazy(self, target: int) -> None:
         lazy = self._take_lazy(target)
@@ -270,7 +283,7 @@ class Router:
             self._answer_lazily(source, h, {"k": "dispatched"})
 
         def answer_produced(result: ProduceResult) -> None:
-            self._answer(
+            self._answer_produced(
                 source,
                 h,
                 {

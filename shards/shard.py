@@ -53,6 +53,7 @@ from shards.reader import ReaderEndpoint
 from shards.remote import RemoteController, RemoteCoordinator, RemotePartition
 from shards.router import Router
 from shards.shard_table import shard_of
+from shards.threads import demote_helper_threads
 
 __all__ = ["Shard", "main"]
 
@@ -91,7 +92,9 @@ class Shard:
             group_initial_rebalance_delay_ms=config.group_initial_rebalance_delay_ms,
         )
         self.loop = asyncio.new_event_loop()
-        self._io = IoPool(self.loop, limits.io_threads, f"shard{shard_id}-io")
+        self._io = IoPool(
+            self.loop, limits.io_threads, f"shard{shard_id}-io", limits.io_calls_per_job
+        )
         self._table = TopicTable()
         self._partitions: dict[tuple[str, int], ActorRef[Any]] = {}  # owned here
         self._remote_partitions: dict[tuple[str, int], RemotePartition] = {}
@@ -262,6 +265,8 @@ class Shard:
             self._start_reader()
         for signum in (signal.SIGTERM, signal.SIGINT):
             self.loop.add_signal_handler(signum, self.stop)
+        # ZeroMQ's I/O threads exist now (the pool's get the policy as they start).
+        demote_helper_threads(threading.get_native_id())
         host, port = self.config.listen
         log.info(
             "shard %d (pid %d, core %s) serving Kafka on %s:%d, data in %s",

@@ -141,6 +141,24 @@ def _span_and_pipeline(node: BrokerProcess) -> None:
         assert [m.value() for m in got if m.partition() == p] == [value(r, p) for r in range(30)]
 
 
+def test_only_the_loop_thread_of_a_shard_preempts(two_shards: BrokerProcess) -> None:
+    """Each shard's helpers (ZeroMQ's I/O threads, the fdatasync pool) run as SCHED_BATCH,
+    so waking one never preempts the shard's loop thread, which keeps the default policy."""
+    topic = "policies"
+    create_topic(two_shards, topic, partitions=4)
+    _partitions_on_both_shards(topic, 4)
+    produce(two_shards, topic, [(None, b"v", None, p) for p in range(4)] * 10)  # pool starts
+    for pid in two_shards.shard_pids():
+        policies, comms = {}, []
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            policies[int(task.name)] = os.sched_getscheduler(int(task.name))
+            if int(task.name) != pid:
+                comms.append((task / "comm").read_text().strip())
+        assert policies.pop(pid) == os.SCHED_OTHER  # the loop runs on the main thread
+        assert "ZMQbg/IO/0" in comms and len(comms) >= 2, comms  # pipes' I/O thread, pool
+        assert set(policies.values()) == {os.SCHED_BATCH}, (policies, comms)
+
+
 def test_kill9_of_one_shard_stops_node_and_loses_nothing(two_shards: BrokerProcess) -> None:
     topic = "survivor"
     create_topic(two_shards, topic, partitions=4)
