@@ -893,7 +893,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fixed-seconds", type=float, default=0.0, help="fixed-rate phase length")
     ap.add_argument(
         "--rounds", type=int, default=0,
-        help="produce rounds per side in the shard cases (default 6, 2 with --quick)",
+        help="produce rounds per side in the shard cases (default 10, 2 with --quick)",
     )  # fmt: skip
     ap.add_argument("--smp", type=int, default=1, help="passed to krill start --smp")
     ap.add_argument("--krill", default=None, help="path to the krill executable")

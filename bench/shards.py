@@ -57,7 +57,7 @@ TARGET_PRODUCE_2_OVER_1 = 1.0  # produce msg/s, --smp 2 over --smp 1
 TARGET_CROSS_OVER_LOCAL_CPU_PER_GB = 1.3  # produce, cross-core partition over local one
 VALUE_BYTES = 1024
 PARTITIONS = 6  # the produce_consume_1k_x6 workload
-ROUNDS = 6
+ROUNDS = 10
 
 
 class Side:

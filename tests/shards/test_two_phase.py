@@ -331,6 +331,73 @@ def test_write_caching_answers_do_not_wait_for_others_flushes(
     settle(loop, lambda: answered == ["cached", "t"])
 
 
+def _answers_from_owner(router0: Router) -> list[list[dict[str, Any]]]:
+    """Record each pipe message shard 0 receives, as the list of answers it carries."""
+    messages: list[list[dict[str, Any]]] = []
+    mesh = router0._mesh
+    on_message = mesh.on_message
+
+    def recording(source: int, header: dict[str, Any], frames: list[Any]) -> None:
+        messages.append([h for h, _ in header["m"]] if header["t"] == "batch" else [header])
+        on_message(source, header, frames)
+
+    mesh.on_message = recording
+    return messages
+
+
+def test_phase_one_goes_inside_its_own_phase_two(
+    loop: asyncio.AbstractEventLoop, two_shards: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A phase-one answer that waits for no longer than its delay leaves inside the same
+    request's "produced" ("d"): one answer per produce, and phase one still counted."""
+    monkeypatch.setattr(limits, "pipe_lazy_answer_delay_s", 30.0)  # never runs out here
+    router0, _router1, _ = two_shards
+    answers = _answers_from_owner(router0)
+    produced: list[ProduceResult] = []
+    remote = RemotePartition(router0, 1, "t", 0)
+    for i in range(5):
+        batch = build_batch([(None, str(i).encode(), [])])
+        remote.tell(Produce(memoryview(batch), iter_batches(batch), -1, produced.append))
+    settle(loop, lambda: len(produced) == 5)
+    flat = [a for message in answers for a in message]
+    assert len(flat) == 5 and all(a.get("d") == 1 and "k" not in a for a in flat), flat
+    assert router0.dispatched == 5
+    assert [r.base_offset for r in produced] == [0, 1, 2, 3, 4]
+    assert router0.pending_calls == 0
+    assert_arena_empty(router0)
+    assert not router0._lazy_timers  # nothing left waiting, no timer left behind
+
+
+def test_phase_one_does_not_wait_for_a_slow_flush(
+    loop: asyncio.AbstractEventLoop, two_shards: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A flush slower than the delay: phase one leaves alone when its delay runs out, so the
+    source's arena region is free while the flush still runs."""
+    monkeypatch.setattr(limits, "pipe_lazy_answer_delay_s", 0.001)
+    router0, _router1, shard1 = two_shards
+    flushes: list[Callable[[], None]] = []
+
+    def run_blocking(fn: Callable[[], Any], done: Callable[[Any, Any], None]) -> None:
+        flushes.append(lambda: done(fn(), None))
+
+    shard1.run_blocking = run_blocking
+    answers = _answers_from_owner(router0)
+    produced: list[ProduceResult] = []
+    batch = build_batch([(None, b"slow", [])])
+    RemotePartition(router0, 1, "t", 0).tell(
+        Produce(memoryview(batch), iter_batches(batch), -1, produced.append)
+    )
+    settle(loop, lambda: router0.dispatched == 1 and bool(flushes))
+    assert answers == [[{"k": "dispatched", "t": "reply", "id": answers[0][0]["id"]}]]
+    assert_arena_empty(router0)  # freed by phase one, before the flush
+    assert produced == []
+    for release in flushes:
+        release()
+    settle(loop, lambda: len(produced) == 1)
+    assert "d" not in answers[-1][-1] and router0.dispatched == 1
+    assert produced[0].error == ErrorCode.NONE
+
+
 def test_remote_phase_one_runs_the_producers_on_dispatched_once(
     loop: asyncio.AbstractEventLoop, two_shards: Any
 ) -> None:
