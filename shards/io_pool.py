@@ -6,20 +6,29 @@ each, and each job reports all its results back with a single `call_soon_threads
 
 Why: every hand-off wakes a thread, and every wake-up makes it fight the loop thread for the
 GIL. Measured on this machine with one produce request touching six partitions, one job per
-fdatasync spent a third of the loop thread's time inside `ThreadPoolExecutor.submit`.
-Batching keeps the number of thread wake-ups per loop turn at most `threads`, whatever the
-number of partitions, and each job takes at least `calls_per_job` calls: a wake-up costs more
-CPU here than the ~0.25 ms a further fdatasync adds to the job (with three partitions per
-shard on two shards, one job instead of three cut the node's CPU per GB by a quarter; see
-bench/README.md). Calls in one job run in order; jobs run in parallel, so with many
-partitions fdatasyncs of different files still overlap on the device. The workers run as
-helpers (shards/threads.py): waking one never preempts the loop thread.
+fdatasync spent a third of the loop thread's time handing jobs over. Batching keeps the
+number of thread wake-ups per loop turn at most `threads`, whatever the number of
+partitions, and each job takes at least `calls_per_job` calls: a wake-up costs more CPU here
+than the ~0.25 ms a further fdatasync adds to the job (with three partitions per shard on two
+shards, one job instead of three cut the node's CPU per GB by a quarter). Calls in one job
+run in order; jobs run in parallel, so with many partitions fdatasyncs of different files
+still overlap on the device.
+
+How a worker is woken matters as much as how often:
+- Workers are helpers (shards/threads.py, SCHED_BATCH): a woken worker does not preempt the
+  loop thread, which holds the GIL it would need at once; it runs when the loop waits.
+- Each worker sleeps in `os.read` on an eventfd of its own, and the loop wakes it with
+  `os.write`, which lets go of the GIL for the system call. (A `queue.SimpleQueue` or a
+  `threading.Condition` wakes the worker while the loop still holds the GIL.) Against
+  `ThreadPoolExecutor` woken the same way this took 7–13% off the node's CPU per GB.
 """
 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
+import collections
+import os
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -28,6 +37,9 @@ from shards.threads import run_as_helper
 __all__ = ["IoPool"]
 
 Done = Callable[[Any, BaseException | None], None]
+Job = list[tuple[Callable[[], Any], Done]]
+
+_ONE = (1).to_bytes(8, "little")  # an eventfd write: add 1 to its counter
 
 
 class IoPool:
@@ -37,10 +49,14 @@ class IoPool:
         self._loop = loop
         self._threads = threads
         self._calls_per_job = max(1, calls_per_job)
-        self._executor = concurrent.futures.ThreadPoolExecutor(
-            max_workers=threads, thread_name_prefix=name, initializer=run_as_helper
-        )
-        self._pending: list[tuple[Callable[[], Any], Done]] = []
+        self._name = name
+        self._pending: Job = []
+        # Shared with the workers, under `_lock`: who waits for a job, and jobs nobody took.
+        self._lock = threading.Lock()
+        self._idle: list[_Worker] = []
+        self._backlog: collections.deque[Job] = collections.deque()
+        self._closed = False
+        self._workers: list[_Worker] = []  # the loop thread's own list, for shutdown
 
     def run(self, fn: Callable[[], Any], done: Done) -> None:
         """Run `fn` on a worker; `done(result, error)` is called back on the loop thread."""
@@ -49,15 +65,45 @@ class IoPool:
         self._pending.append((fn, done))
 
     def shutdown(self) -> None:
-        self._executor.shutdown(wait=True)
+        """Finish every job handed over, then stop the workers."""
+        with self._lock:
+            self._closed = True
+            idle, self._idle = self._idle, []
+        for worker in idle:
+            os.write(worker.wake_fd, _ONE)
+        for worker in self._workers:
+            worker.thread.join()
+            os.close(worker.wake_fd)
+        self._workers = []
 
     def _dispatch(self) -> None:
         calls, self._pending = self._pending, []
         jobs = min(self._threads, -(-len(calls) // self._calls_per_job))
-        for j in range(jobs):
-            self._executor.submit(self._run_job, calls[j::jobs])
+        wake: list[_Worker] = []
+        with self._lock:
+            for j in range(jobs):
+                job = calls[j::jobs]
+                if self._idle:
+                    worker = self._idle.pop()
+                    worker.job = job
+                    wake.append(worker)
+                elif len(self._workers) < self._threads:
+                    self._workers.append(_Worker(self, job, f"{self._name}_{len(self._workers)}"))
+                else:
+                    self._backlog.append(job)  # the next worker to finish takes it
+        for worker in wake:
+            os.write(worker.wake_fd, _ONE)
 
-    def _run_job(self, calls: list[tuple[Callable[[], Any], Done]]) -> None:
+    def _next_job(self, worker: _Worker) -> Job | None:
+        """A job for `worker` (from the backlog), or None: it is idle now, or told to stop."""
+        with self._lock:
+            if self._backlog:
+                return self._backlog.popleft()
+            if not self._closed:
+                self._idle.append(worker)
+            return None
+
+    def _run_job(self, calls: Job) -> None:
         outcomes: list[tuple[Done, Any, BaseException | None]] = []
         for fn, done in calls:
             try:
@@ -65,6 +111,34 @@ class IoPool:
             except Exception as e:  # handed back to the caller, who decides what it means
                 outcomes.append((done, None, e))
         self._loop.call_soon_threadsafe(_deliver, outcomes)
+
+
+class _Worker:
+    """One thread of the pool: runs the job it is given, then the backlog, then sleeps on its
+    eventfd until the loop hands it another (or the pool closes)."""
+
+    def __init__(self, pool: IoPool, job: Job, name: str) -> None:
+        self.pool = pool
+        self.job: Job | None = job  # set by the loop before it writes to wake_fd
+        self.wake_fd = os.eventfd(0, os.EFD_CLOEXEC)
+        self.thread = threading.Thread(target=self._work, name=name, daemon=True)
+        self.thread.start()
+
+    def _work(self) -> None:
+        run_as_helper()
+        pool = self.pool
+        while True:
+            job, self.job = self.job, None
+            while job is not None:
+                pool._run_job(job)
+                job = pool._next_job(self)  # None: idle now, or the pool is closing
+            if pool._closed:
+                return
+            # Idle. The loop (or shutdown) takes a worker off the idle list before it writes
+            # to its eventfd, so every wake-up brings a job, or the close.
+            os.read(self.wake_fd, 8)
+            if self.job is None:
+                return  # the pool closed
 
 
 def _deliver(outcomes: list[tuple[Done, Any, BaseException | None]]) -> None:

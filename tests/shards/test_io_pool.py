@@ -8,6 +8,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -59,21 +60,20 @@ def test_one_turn_s_calls_go_out_as_few_jobs(
     """Each job (one worker wake-up) takes at least `calls_per_job` calls, and there are at
     most `threads` jobs; within a job calls run in the order they were made."""
     pool = IoPool(loop, threads=4, name="test-io", calls_per_job=4)
-    executor = pool._executor
-    submitted: list[object] = []
-    submit = executor.submit
+    submitted: list[list[Any]] = []
+    run_job = pool._run_job
 
-    def counting_submit(fn, /, *args, **kwargs):  # type: ignore[no-untyped-def]
-        submitted.append(args[0])  # the job: its list of calls
-        return submit(fn, *args, **kwargs)
+    def counting_run_job(job: list[Any]) -> None:
+        submitted.append(job)  # one job: one worker wake-up, one report back to the loop
+        run_job(job)
 
-    executor.submit = counting_submit  # type: ignore[method-assign]
+    pool._run_job = counting_run_job  # type: ignore[method-assign]
     try:
         ran = _run_turn(loop, pool, calls)
     finally:
         pool.shutdown()
     assert len(submitted) == jobs
-    assert sorted(len(job) for job in submitted) == sorted(  # type: ignore[arg-type]
+    assert sorted(len(job) for job in submitted) == sorted(
         len(range(j, calls, jobs)) for j in range(jobs)
     )
     # Job j took calls j, j + jobs, ... (dealt round-robin); they ran in that order.
@@ -128,3 +128,52 @@ def test_demote_helper_threads_leaves_the_loop_thread_alone() -> None:
     count, helper_batch, loop_default = out.stdout.split()
     assert int(count) >= 1
     assert helper_batch == "True" and loop_default == "True", out.stdout
+
+
+def test_jobs_beyond_the_threads_wait_and_all_finish_before_shutdown_returns(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    """Turns that hand over more jobs than there are workers: the extra jobs wait in the
+    backlog and a worker takes them as it finishes; shutdown waits for every job, and every
+    result comes back on the loop thread."""
+    pool = IoPool(loop, threads=2, name="test-io", calls_per_job=1)
+    gate = threading.Event()
+    results: list[tuple[int, int]] = []
+    loop_thread = threading.get_ident()
+
+    def blocking(i: int) -> int:
+        gate.wait(10)  # both workers stay busy until the whole backlog is queued
+        return i
+
+    def on_done(result: int, error: BaseException | None) -> None:
+        assert error is None
+        results.append((result, threading.get_ident()))
+
+    for turn in range(3):  # three turns of three calls: 2 jobs each time, the rest queues
+        loop.call_soon(
+            lambda t=turn: [pool.run(lambda i=t * 3 + k: blocking(i), on_done) for k in range(3)]
+        )
+        loop.run_until_complete(asyncio.sleep(0.01))
+    assert len(pool._backlog) == 4  # 6 jobs, 2 running
+    gate.set()
+
+    async def all_back() -> None:
+        for _ in range(1000):
+            if len(results) == 9:
+                return
+            await asyncio.sleep(0.005)
+
+    loop.run_until_complete(all_back())
+    pool.shutdown()
+    assert sorted(r for r, _ in results) == list(range(9))
+    assert {t for _, t in results} == {loop_thread}
+    assert all(not w.thread.is_alive() for w in pool._workers) and not pool._workers
+
+
+def test_shutdown_of_an_idle_pool_stops_its_workers(loop: asyncio.AbstractEventLoop) -> None:
+    pool = IoPool(loop, threads=3, name="test-io", calls_per_job=1)
+    ran = _run_turn(loop, pool, 3)  # three workers start, finish and go idle
+    threads = [w.thread for w in pool._workers]
+    assert len(threads) == 3 and len(ran) == 3
+    pool.shutdown()
+    assert not any(t.is_alive() for t in threads)
