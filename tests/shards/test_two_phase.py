@@ -252,6 +252,20 @@ def test_produce_queued_behind_a_stop_is_answered(
     assert events == ["dispatched", gone, gone]
 
 
+def _answers_from_owner(router0: Router) -> list[list[dict[str, Any]]]:
+    """Record each pipe message shard 0 receives, as the list of answers it carries."""
+    messages: list[list[dict[str, Any]]] = []
+    mesh = router0._mesh
+    on_message = mesh.on_message
+
+    def recording(source: int, header: dict[str, Any], frames: list[Any]) -> None:
+        messages.append([h for h, _ in header["m"]] if header["t"] == "batch" else [header])
+        on_message(source, header, frames)
+
+    mesh.on_message = recording
+    return messages
+
+
 def test_one_request_s_partitions_are_answered_in_one_pipe_message(
     loop: asyncio.AbstractEventLoop, two_shards: Any, tmp_path: Path
 ) -> None:
@@ -270,15 +284,7 @@ def test_one_request_s_partitions_are_answered_in_one_pipe_message(
         asyncio.get_event_loop().call_later(next(delays, 0.0), lambda: done(fn(), None))
 
     shard1.run_blocking = run_blocking
-    messages: list[dict[str, Any]] = []
-    mesh = router0._mesh
-    on_message = mesh.on_message
-
-    def counting(source: int, header: dict[str, Any], frames: list[Any]) -> None:
-        messages.append(header)  # what arrives from the pipe, before the router unpacks it
-        on_message(source, header, frames)
-
-    mesh.on_message = counting
+    answers = _answers_from_owner(router0)
     produced: list[ProduceResult] = []
     for index in (0, 1, 2):
         batch = build_batch([(None, f"p{index}".encode(), [])])
@@ -294,7 +300,7 @@ def test_one_request_s_partitions_are_answered_in_one_pipe_message(
     def kind(h: dict[str, Any]) -> str:
         return h["k"] if "k" in h else "produced+dispatched" if "d" in h else "produced"
 
-    kinds = [[kind(h) for h, _ in m["m"]] if m["t"] == "batch" else [kind(m)] for m in messages]
+    kinds = [[kind(h) for h in message] for message in answers]
     with_produced = [k for k in kinds if any(x.startswith("produced") for x in k)]
     assert len(with_produced) == 1 and len(with_produced[0]) == 3, kinds
     assert sum(x.endswith("dispatched") for k in kinds for x in k) == 3, kinds
@@ -329,20 +335,6 @@ def test_write_caching_answers_do_not_wait_for_others_flushes(
     for release in flushes:
         release()
     settle(loop, lambda: answered == ["cached", "t"])
-
-
-def _answers_from_owner(router0: Router) -> list[list[dict[str, Any]]]:
-    """Record each pipe message shard 0 receives, as the list of answers it carries."""
-    messages: list[list[dict[str, Any]]] = []
-    mesh = router0._mesh
-    on_message = mesh.on_message
-
-    def recording(source: int, header: dict[str, Any], frames: list[Any]) -> None:
-        messages.append([h for h, _ in header["m"]] if header["t"] == "batch" else [header])
-        on_message(source, header, frames)
-
-    mesh.on_message = recording
-    return messages
 
 
 def test_phase_one_goes_inside_its_own_phase_two(
@@ -461,15 +453,7 @@ def test_waiting_phase_one_answers_never_make_an_oversize_pipe_message(
     messages of at most `pipe_batch_messages_max`, and every request is still answered."""
     router0, _router1, _ = two_shards
     most = limits.pipe_batch_messages_max
-    messages: list[dict[str, Any]] = []
-    mesh = router0._mesh
-    on_message = mesh.on_message
-
-    def counting(source: int, header: dict[str, Any], frames: list[Any]) -> None:
-        messages.append(header)
-        on_message(source, header, frames)
-
-    mesh.on_message = counting
+    answers = _answers_from_owner(router0)
     produced: list[ProduceResult] = []
     remote = RemotePartition(router0, 1, "t", 0)
     count = most + most // 2
@@ -479,5 +463,5 @@ def test_waiting_phase_one_answers_never_make_an_oversize_pipe_message(
     settle(loop, lambda: len(produced) == count)
     assert [r.base_offset for r in produced] == list(range(count))
     assert router0.dispatched == count
-    assert all(len(m["m"]) <= most for m in messages if m["t"] == "batch")
+    assert all(len(message) <= most for message in answers)
     assert_arena_empty(router0)
