@@ -15,7 +15,7 @@ late in a run: a page the page cache takes for the first time has to be handed o
 hypervisor (this guest gives freed pages back), while a page freed a moment ago is reused
 at once. A raw write + fdatasync loop shows the same step after ~1 GiB of fresh pages.
 
-    python -m bench.run --case shards_1_vs_2 --case cross_core_vs_local [--rounds 6]
+    python -m bench.run --case shards_1_vs_2 --case cross_core_vs_local [--rounds 10]
 """
 
 from __future__ import annotations

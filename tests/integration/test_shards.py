@@ -155,7 +155,8 @@ def test_only_the_loop_thread_of_a_shard_preempts(two_shards: BrokerProcess) -> 
             if int(task.name) != pid:
                 comms.append((task / "comm").read_text().strip())
         assert policies.pop(pid) == os.SCHED_OTHER  # the loop runs on the main thread
-        assert "ZMQbg/IO/0" in comms and len(comms) >= 2, comms  # pipes' I/O thread, pool
+        assert "ZMQbg/IO/0" in comms, comms  # the pipes' I/O thread
+        assert any(not c.startswith("ZMQbg") for c in comms), comms  # an I/O pool worker
         assert set(policies.values()) == {os.SCHED_BATCH}, (policies, comms)
 
 
