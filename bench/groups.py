@@ -24,6 +24,7 @@ from bench.run import (
     _broker_stop_figures,
     _close_bounded,
     _cmp,
+    case_failed,
     client_cpu,
     create_topic,
     finish,
@@ -312,9 +313,7 @@ def run_offset_commit_rate(args: argparse.Namespace) -> dict[str, Any]:
                     _close_bounded(consumer, "commit-consumer")
                 _broker_live_figures(res, broker, rss)
     except Exception as e:
-        res["error"] = f"{type(e).__name__}: {e}"
-        log(f"{case} FAILED: {res['error']}")
-        log(f"broker log tail:\n{broker.log_tail(30)}")
+        case_failed(res, case, e, broker=broker)
     finally:
         _broker_stop_figures(res, broker)
     rate = res.get("pipelined", {}).get("commits_per_s")
@@ -525,9 +524,7 @@ def _rebalance_sub(
             finally:
                 _broker_live_figures(sub, broker, rss)
     except Exception as e:
-        sub["error"] = f"{type(e).__name__}: {e}"
-        log(f"{case} delay={delay_ms} FAILED: {sub['error']}")
-        log(f"broker log tail:\n{broker.log_tail(30)}")
+        case_failed(sub, f"{case} delay={delay_ms}", e, broker=broker)
     finally:
         _broker_stop_figures(sub, broker)
     sub.setdefault("error", None)

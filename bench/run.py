@@ -770,6 +770,14 @@ def _broker_live_figures(res: dict[str, Any], broker: Broker, rss: RssSampler) -
     res["broker"]["processes"] = rss.max_processes
 
 
+def case_failed(res: dict[str, Any], label: str, error: Exception, **brokers: Broker) -> None:
+    """Record a case's failure in `res` and log it with each named broker's log tail."""
+    res["error"] = f"{type(error).__name__}: {error}"
+    log(f"{label} FAILED: {res['error']}")
+    for name, broker in brokers.items():
+        log(f"{name} log tail:\n{broker.log_tail(30)}")
+
+
 def _broker_stop_figures(res: dict[str, Any], broker: Broker) -> None:
     res.setdefault("broker", {}).update(
         {
@@ -803,9 +811,7 @@ def run_produce_consume(
             finally:
                 _broker_live_figures(res, broker, rss)
     except Exception as e:
-        res["error"] = f"{type(e).__name__}: {e}"
-        log(f"{case} FAILED: {res['error']}")
-        log(f"broker log tail:\n{broker.log_tail(30)}")
+        case_failed(res, case, e, broker=broker)
     finally:
         _broker_stop_figures(res, broker)
     prod, cons, fixed = res.get("produce"), res.get("consume"), res.get("fixed_rate_20k")
@@ -864,9 +870,7 @@ def run_rss_100_partitions(args: argparse.Namespace) -> dict[str, Any]:
             res["processes"] = rss.max_processes
             res["broker_cpu_s_total"] = round(tree_cpu_seconds(broker.pid), 3)
     except Exception as e:
-        res["error"] = f"{type(e).__name__}: {e}"
-        log(f"rss_100_partitions FAILED: {res['error']}")
-        log(f"broker log tail:\n{broker.log_tail(30)}")
+        case_failed(res, "rss_100_partitions", e, broker=broker)
     finally:
         res["broker_stop"] = broker.stop_how
         res["broker_exit_code"] = broker.exit_code

@@ -38,6 +38,7 @@ from bench.run import (
     _cmp,
     _get,
     _ratio,
+    case_failed,
     consume_all,
     create_topic,
     delete_topic,
@@ -241,10 +242,7 @@ def run_shards_1_vs_2(args: argparse.Namespace, ceilings: dict[str, Any]) -> dic
                 for side, rss in zip(sides, (rss1, rss2), strict=False):
                     _broker_live_figures(side.res, side.broker, rss)
     except Exception as e:
-        res["error"] = f"{type(e).__name__}: {e}"
-        log(f"{case} FAILED: {res['error']}")
-        for smp, broker in brokers.items():
-            log(f"smp={smp} broker log tail:\n{broker.log_tail(30)}")
+        case_failed(res, case, e, **{f"smp={smp} broker": b for smp, b in brokers.items()})
     finally:
         for side in sides:
             _broker_stop_figures(side.res, side.broker)
@@ -313,9 +311,7 @@ def run_cross_core_vs_local(args: argparse.Namespace) -> dict[str, Any]:
             finally:
                 _broker_live_figures(res, broker, rss)
     except Exception as e:
-        res["error"] = f"{type(e).__name__}: {e}"
-        log(f"{case} FAILED: {res['error']}")
-        log(f"broker log tail:\n{broker.log_tail(30)}")
+        case_failed(res, case, e, broker=broker)
     finally:
         _broker_stop_figures(res, broker)
     for side in sides:
