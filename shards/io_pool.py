@@ -53,6 +53,8 @@ class IoPool:
         self._name = name
         self._pending: Job = []
         # Shared with the workers, under `_lock`: who waits for a job, and jobs nobody took.
+        # The backlog is bounded by the callers: a partition has one flush in flight at most,
+        # the reader endpoint `reader_requests_in_flight_max` reads.
         self._lock = threading.Lock()
         self._idle: list[_Worker] = []
         self._backlog: collections.deque[Job] = collections.deque()

@@ -100,6 +100,25 @@ def test_one_request_spanning_both_shards_and_pipelined(
         node.stop()
 
 
+def _one_record_per_partition(topic: str, values: list[bytes]) -> ProduceRequest:
+    """A Produce v9 request (acks=all) with one batch of one record, values[p], per partition p."""
+    return ProduceRequest(
+        acks=-1,
+        timeout_ms=5000,
+        topic_data=[
+            ProduceRequest.TopicProduceData(
+                name=topic,
+                partition_data=[
+                    ProduceRequest.PartitionProduceData(
+                        index=p, records=build_batch([(None, value, [])])
+                    )
+                    for p, value in enumerate(values)
+                ],
+            )
+        ],
+    )
+
+
 def _span_and_pipeline(node: BrokerProcess) -> None:
     topic = "span"
     create_topic(node, topic, partitions=8)
@@ -110,24 +129,12 @@ def _span_and_pipeline(node: BrokerProcess) -> None:
         return f"{round_}-{p}".encode() + (padding if p >= 4 else b"")
 
     with RawClient(node.bootstrap) as client:
-        correlations = []
-        for round_ in range(30):
-            request = ProduceRequest(
-                acks=-1,
-                timeout_ms=5000,
-                topic_data=[
-                    ProduceRequest.TopicProduceData(
-                        name=topic,
-                        partition_data=[
-                            ProduceRequest.PartitionProduceData(
-                                index=p, records=build_batch([(None, value(round_, p), [])])
-                            )
-                            for p in range(8)
-                        ],
-                    )
-                ],
+        correlations = [
+            client.send(
+                0, 9, _one_record_per_partition(topic, [value(round_, p) for p in range(8)])
             )
-            correlations.append(client.send(0, 9, request))
+            for round_ in range(30)
+        ]
         for round_, correlation in enumerate(correlations):
             got, response = client.receive(0, 9)
             assert got == correlation  # in request order, whichever shard finished first
@@ -255,24 +262,7 @@ def test_large_requests_received_into_the_arena(tmp_path: Path, smp: int) -> Non
         with RawClient(node.bootstrap) as client:
             correlations = [
                 client.send(
-                    0,
-                    9,
-                    ProduceRequest(
-                        acks=-1,
-                        timeout_ms=5000,
-                        topic_data=[
-                            ProduceRequest.TopicProduceData(
-                                name=topic,
-                                partition_data=[
-                                    ProduceRequest.PartitionProduceData(
-                                        index=p,
-                                        records=build_batch([(None, value(round_, p), [])]),
-                                    )
-                                    for p in range(3)
-                                ],
-                            )
-                        ],
-                    ),
+                    0, 9, _one_record_per_partition(topic, [value(round_, p) for p in range(3)])
                 )
                 for round_ in range(20)
             ]

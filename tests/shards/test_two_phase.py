@@ -136,6 +136,18 @@ def test_produce_crosses_in_two_phases(loop: asyncio.AbstractEventLoop, two_shar
     assert_arena_empty(router0)
 
 
+def _hold_flushes(shard: FakeShard) -> list[Callable[[], None]]:
+    """Make `shard`'s blocking calls (its fdatasyncs) wait: each is appended to the list
+    returned, and runs, with its completion, when the test calls it."""
+    held: list[Callable[[], None]] = []
+
+    def run_blocking(fn: Callable[[], Any], done: Callable[[Any, Any], None]) -> None:
+        held.append(lambda: done(fn(), None))
+
+    shard.run_blocking = run_blocking  # type: ignore[method-assign]
+    return held
+
+
 def assert_arena_empty(router: Router) -> None:
     """Every region the source took was given back, and no batch missed the arena."""
     arenas = router._arenas
@@ -317,12 +329,7 @@ def test_write_caching_answers_do_not_wait_for_others_flushes(
     shard1.partitions[("cached", 0)] = Partition.start(
         "cached", 0, tmp_path / "cached-0", cached, shard1
     )
-    flushes: list[Callable[[], None]] = []  # t-0's flush waits here until released
-
-    def run_blocking(fn: Callable[[], Any], done: Callable[[Any, Any], None]) -> None:
-        flushes.append(lambda: done(fn(), None))
-
-    shard1.run_blocking = run_blocking
+    flushes = _hold_flushes(shard1)  # t-0's flush waits here until released
     answered: list[str] = []
     for topic in ("t", "cached"):
         batch = build_batch([(None, topic.encode(), [])])
@@ -367,12 +374,7 @@ def test_phase_one_does_not_wait_for_a_slow_flush(
     source's arena region is free while the flush still runs."""
     monkeypatch.setattr(limits, "pipe_lazy_answer_delay_s", 0.001)
     router0, _router1, shard1 = two_shards
-    flushes: list[Callable[[], None]] = []
-
-    def run_blocking(fn: Callable[[], Any], done: Callable[[Any, Any], None]) -> None:
-        flushes.append(lambda: done(fn(), None))
-
-    shard1.run_blocking = run_blocking
+    flushes = _hold_flushes(shard1)
     answers = _answers_from_owner(router0)
     produced: list[ProduceResult] = []
     batch = build_batch([(None, b"slow", [])])
