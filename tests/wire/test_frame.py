@@ -77,14 +77,7 @@ def test_a_large_produce_frame_is_received_into_a_lent_buffer() -> None:
     target[: len(first)] = first
     assert reader.advance(len(first)) == []
     assert len(lender.lent) == 1  # asked for as soon as the size and the key were known
-    rest = framed(big)[len(first) :]
-    frames = []
-    while rest:
-        target = reader.buffer()
-        n = min(len(target), len(rest))
-        target[:n] = rest[:n]
-        rest = rest[n:]
-        frames.extend(reader.advance(n))
+    frames = reader.feed(framed(big)[len(first) :])
     assert [bytes(f) for f in frames] == [big]
     lent = reader.take_buffer()
     assert lent is lender.lent[0] and frames[0] is lent.view
