@@ -28,6 +28,7 @@ from collections.abc import Callable
 from typing import Any
 
 from bench.broker import Broker, RssSampler, log
+from bench.pipe_floor import measure_pipe_round_trip
 from bench.run import (
     FIXED_RATE,
     CaseError,
@@ -59,6 +60,12 @@ TARGET_CROSS_OVER_LOCAL_CPU_PER_GB = 1.3  # produce, cross-core partition over l
 VALUE_BYTES = 1024
 PARTITIONS = 6  # the produce_consume_1k_x6 workload
 ROUNDS = 10
+# Of the produce requests a --smp 2 node takes in the 1 KiB x 6 workload, the share that is
+# forwarded: librdkafka sends one partition per ProduceRequest over one connection, the
+# client spreads messages round-robin, and the shard table gives each shard three of the six
+# partitions; so half the requests go to the shard that did not accept the connection.
+FORWARDED_SHARE_2_SHARDS = 0.5
+PIPE_FLOOR_ROUND_TRIPS = 20_000
 
 
 class Side:
@@ -150,6 +157,48 @@ def _summarise(a: Side, b: Side, res: dict[str, Any], prefix: str) -> None:
     res[f"{prefix}_msgs_per_s_median"] = _median(rate)
 
 
+def _pipe_floor(res: dict[str, Any], quick: bool) -> None:
+    """The bare pipe round trip (bench/pipe_floor.py), measured now, under ``res``."""
+    log("pipe round-trip floor")
+    try:
+        res["pipe_round_trip_floor"] = measure_pipe_round_trip(
+            PIPE_FLOOR_ROUND_TRIPS // 10 if quick else PIPE_FLOOR_ROUND_TRIPS
+        )
+    except Exception as e:
+        res["pipe_round_trip_floor"] = {"error": f"{type(e).__name__}: {e}"}
+
+
+def _forward_figures(
+    a: Side, b: Side, res: dict[str, Any], prefix: str, target: float, share: float
+) -> None:
+    """What B's CPU per GB over A's comes to per forwarded request, what the target leaves
+    for it, and the floor (one bare pipe round trip) set beside what the target leaves.
+
+    Per round: a request is B's median request (its messages per request, 1 KiB each);
+    `share` of B's requests are forwarded. Extra = (B's - A's CPU per byte) x request bytes
+    / share; left by the target = (target - 1) x A's CPU per byte x request bytes / share.
+    A floor over what the target leaves means that no forwarding path with a round trip per
+    request can meet the target here, however little it does.
+    """
+    extra: list[float] = []
+    left: list[float] = []
+    for x, y in zip(a.res["rounds"], b.res["rounds"], strict=True):
+        gb_a, gb_b = x.get("broker_cpu_s_per_gb"), y.get("broker_cpu_s_per_gb")
+        per_request = y.get("msgs_per_request")
+        if gb_a is None or gb_b is None or not per_request:
+            continue
+        # CPU-s per GB is 1e-3 CPU-µs per byte.
+        request_bytes = per_request * VALUE_BYTES
+        extra.append((gb_b - gb_a) * 1e-3 * request_bytes / share)
+        left.append((target - 1) * gb_a * 1e-3 * request_bytes / share)
+    left_us = _median(left)
+    res[f"{prefix}_forwarded_share"] = share
+    res[f"{prefix}_extra_cpu_us_per_forwarded_request_median"] = _median(extra)
+    res[f"{prefix}_target_leaves_cpu_us_per_forwarded_request_median"] = left_us
+    floor = res.get("pipe_round_trip_floor", {}).get("cpu_us_per_round_trip")
+    res[f"{prefix}_pipe_floor_over_target_leaves"] = _ratio(floor, left_us)
+
+
 def _once_ratios(a: Side, b: Side, res: dict[str, Any], name: Callable[[str], str]) -> None:
     """B over A for the phases run once per side, under ``name(<what>)`` keys."""
     paths = {
@@ -215,6 +264,7 @@ def run_shards_1_vs_2(args: argparse.Namespace, ceilings: dict[str, Any]) -> dic
     value = os.urandom(VALUE_BYTES)
     topic = f"bench-{case}"
     t0 = time.monotonic()
+    _pipe_floor(res, args.quick)
     brokers = {
         smp: Broker(smp=smp, krill=args.krill, data_root=args.data_root, keep=args.keep)
         for smp in (1, 2)
@@ -248,6 +298,10 @@ def run_shards_1_vs_2(args: argparse.Namespace, ceilings: dict[str, Any]) -> dic
             _broker_stop_figures(side.res, side.broker)
     if len(sides) == 2 and sides[1].res["rounds"]:
         _summarise(sides[0], sides[1], res, "smp_2_over_1")
+        _forward_figures(
+            sides[0], sides[1], res, "smp_2_over_1",
+            TARGET_CPU_PER_GB_2_OVER_1, FORWARDED_SHARE_2_SHARDS,
+        )  # fmt: skip
         res["cpu_per_gb_2_over_1"] = res["smp_2_over_1_cpu_per_gb_median"]
         res["produce_2_over_1"] = res["smp_2_over_1_msgs_per_s_median"]
         _once_ratios(sides[0], sides[1], res, lambda what: f"{what}_2_over_1")
@@ -291,6 +345,7 @@ def run_cross_core_vs_local(args: argparse.Namespace) -> dict[str, Any]:
     })  # fmt: skip
     value = os.urandom(VALUE_BYTES)
     t0 = time.monotonic()
+    _pipe_floor(res, args.quick)
     broker = EnvBroker(env=env, smp=2, krill=args.krill, data_root=args.data_root, keep=args.keep)
     sides: list[Side] = []
     try:
@@ -318,6 +373,9 @@ def run_cross_core_vs_local(args: argparse.Namespace) -> dict[str, Any]:
         res[side.name] = side.res
     if len(sides) == 2 and sides[1].res["rounds"]:
         _summarise(sides[0], sides[1], res, "cross_over_local")
+        _forward_figures(
+            sides[0], sides[1], res, "cross_over_local", TARGET_CROSS_OVER_LOCAL_CPU_PER_GB, 1.0
+        )
         res["cross_over_local_cpu_per_gb"] = res["cross_over_local_cpu_per_gb_median"]
         res["produce_cross_over_local"] = res["cross_over_local_msgs_per_s_median"]
         _once_ratios(sides[0], sides[1], res, _cross_name)

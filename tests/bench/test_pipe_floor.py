@@ -1,0 +1,41 @@
+"""The pipe round-trip floor of `make bench` (bench/pipe_floor.py): two real processes, the
+real ZeroMQ pipe mesh between them, every round trip answered."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from bench.pipe_floor import measure_pipe_round_trip
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def test_the_floor_is_measured_over_real_pipes_between_two_processes() -> None:
+    figures = measure_pipe_round_trip(round_trips=300, timeout=40)
+
+    assert figures["round_trips"] == 300
+    cpu, loop, wall = (
+        figures["cpu_us_per_round_trip"],
+        figures["loop_threads_us_per_round_trip"],
+        figures["wall_us_per_round_trip"],
+    )
+    assert all(us > 0 for us in figures["by_shard_cpu_us"]), figures
+    assert cpu == pytest.approx(sum(figures["by_shard_cpu_us"]), abs=0.2)
+    # The loop threads are part of their processes; a round trip waits for both loops.
+    assert 0 < loop <= cpu + 1, figures
+    assert wall > loop / 2, figures
+
+
+def test_a_side_without_a_run_directory_is_a_one_line_usage_error() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.pipe_floor", "side", "--shard", "0"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines()[-1].endswith("side needs --run-dir")
+    assert "Traceback" not in done.stderr
