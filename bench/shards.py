@@ -15,6 +15,10 @@ late in a run: a page the page cache takes for the first time has to be handed o
 hypervisor (this guest gives freed pages back), while a page freed a moment ago is reused
 at once. A raw write + fdatasync loop shows the same step after ~1 GiB of fresh pages.
 
+Both cases first measure the floor under their targets: one bare round trip over the real
+pipes between two pinned processes (bench/pipe_floor.py), and set it beside the CPU each
+target leaves per forwarded request (`_forward_figures`).
+
     python -m bench.run --case shards_1_vs_2 --case cross_core_vs_local [--rounds 10]
 """
 
@@ -174,8 +178,8 @@ def _forward_figures(
     """What B's CPU per GB over A's comes to per forwarded request, what the target leaves
     for it, and the floor (one bare pipe round trip) set beside what the target leaves.
 
-    Per round: a request is B's median request (its messages per request, 1 KiB each);
-    `share` of B's requests are forwarded. Extra = (B's - A's CPU per byte) x request bytes
+    Per round: a request is the size of B's in that round (its messages per request, 1 KiB
+    each); `share` of B's requests are forwarded. Extra = (B's - A's CPU per byte) x request bytes
     / share; left by the target = (target - 1) x A's CPU per byte x request bytes / share.
     A floor over what the target leaves means that no forwarding path with a round trip per
     request can meet the target here, however little it does.
