@@ -34,6 +34,12 @@ __all__ = ["measure_pipe_round_trip"]
 
 WARMUP_ROUND_TRIPS = 2_000
 ROUND_TRIPS = 20_000
+# Both ends bound before the first message, and the last answer out before a socket closes.
+SETTLE_S = 0.2
+# A side gives up if its round trips are not done by then (~4 s for 22,000 here).
+SIDE_TIMEOUT_S = 60.0
+# What the parent waits for a side process: its own limit, plus starting Python and imports.
+PROCESS_TIMEOUT_S = SIDE_TIMEOUT_S + 30.0
 # The shapes of a forwarded produce's header and of its "produced" answer (shards/router.py).
 _REQUEST = {"t": "produce", "topic": "bench-pipe-floor", "p": 0, "acks": -1, "a": [0, 944_000]}
 _ANSWER = {"e": 0, "o": 0, "lat": -1, "lso": 0, "m": None, "d": 1, "t": "reply"}
@@ -76,10 +82,10 @@ def _side(shard: int, run_dir: str, warmup: int, round_trips: int) -> dict[str, 
 
         async def run() -> None:
             if shard == 0:
-                await asyncio.sleep(0.2)  # both ends bound before the first message
+                await asyncio.sleep(SETTLE_S)
                 mesh.writer(1).send({**_REQUEST, "id": 0})
-            await asyncio.wait_for(done, timeout=60)
-            await asyncio.sleep(0.2)  # shard 1's last answer leaves before its socket closes
+            await asyncio.wait_for(done, timeout=SIDE_TIMEOUT_S)
+            await asyncio.sleep(SETTLE_S)
 
         loop.run_until_complete(run())
     finally:
@@ -95,7 +101,9 @@ def _side(shard: int, run_dir: str, warmup: int, round_trips: int) -> dict[str, 
     }
 
 
-def measure_pipe_round_trip(round_trips: int = ROUND_TRIPS, timeout: float = 120.0) -> dict:
+def measure_pipe_round_trip(
+    round_trips: int = ROUND_TRIPS, timeout: float = PROCESS_TIMEOUT_S
+) -> dict:
     """Run the two processes; CPU-µs per round trip (both), loop-thread µs, and wall µs."""
     with tempfile.TemporaryDirectory(prefix="krill-pipe-floor-") as run_dir:
         argv = [sys.executable, "-m", "bench.pipe_floor", "side", "--run-dir", run_dir,
