@@ -6,7 +6,9 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -119,6 +121,43 @@ def _one_record_per_partition(topic: str, values: list[bytes]) -> ProduceRequest
     )
 
 
+def _produce_pipelined(
+    node: BrokerProcess,
+    topic: str,
+    partitions: int,
+    rounds: int,
+    value: Callable[[int, int], bytes],
+) -> list[list[Any]]:
+    """`rounds` Produce requests in flight at once on one connection, each with one record,
+    `value(round, p)`, for every partition p. Checks that the responses come back in request
+    order (whichever shard finished first), every partition appended at offset `round`, and
+    that each partition reads back its values in order; returns each response's partitions.
+    """
+    answered: list[list[Any]] = []
+    with RawClient(node.bootstrap) as client:
+        correlations = [
+            client.send(
+                0,
+                9,
+                _one_record_per_partition(topic, [value(r, p) for p in range(partitions)]),
+            )
+            for r in range(rounds)
+        ]
+        for r, correlation in enumerate(correlations):
+            got, response = client.receive(0, 9)
+            assert got == correlation
+            answer = response.responses[0].partition_responses
+            assert sorted((p.index, p.error_code, p.base_offset) for p in answer) == [
+                (p, 0, r) for p in range(partitions)
+            ], answer
+            answered.append(answer)
+    got = consume(node, topic, partitions, partitions * rounds)
+    for p in range(partitions):
+        expected = [value(r, p) for r in range(rounds)]
+        assert [m.value() for m in got if m.partition() == p] == expected
+    return answered
+
+
 def _span_and_pipeline(node: BrokerProcess) -> None:
     topic = "span"
     create_topic(node, topic, partitions=8)
@@ -128,24 +167,7 @@ def _span_and_pipeline(node: BrokerProcess) -> None:
     def value(round_: int, p: int) -> bytes:
         return f"{round_}-{p}".encode() + (padding if p >= 4 else b"")
 
-    with RawClient(node.bootstrap) as client:
-        correlations = [
-            client.send(
-                0, 9, _one_record_per_partition(topic, [value(round_, p) for p in range(8)])
-            )
-            for round_ in range(30)
-        ]
-        for round_, correlation in enumerate(correlations):
-            got, response = client.receive(0, 9)
-            assert got == correlation  # in request order, whichever shard finished first
-            partitions = response.responses[0].partition_responses
-            assert sorted(p.index for p in partitions) == list(range(8))
-            assert [(p.error_code, p.base_offset) for p in partitions] == [(0, round_)] * 8, (
-                partitions
-            )
-    got = consume(node, topic, 8, 8 * 30)
-    for p in range(8):
-        assert [m.value() for m in got if m.partition() == p] == [value(r, p) for r in range(30)]
+    _produce_pipelined(node, topic, 8, 30, value)
 
 
 def test_only_the_loop_thread_of_a_shard_preempts(two_shards: BrokerProcess) -> None:
@@ -259,25 +281,8 @@ def test_large_requests_received_into_the_arena(tmp_path: Path, smp: int) -> Non
         def value(round_: int, p: int) -> bytes:
             return bytes([round_ * 3 + p]) * 200_000
 
-        with RawClient(node.bootstrap) as client:
-            correlations = [
-                client.send(
-                    0, 9, _one_record_per_partition(topic, [value(round_, p) for p in range(3)])
-                )
-                for round_ in range(20)
-            ]
-            for round_, correlation in enumerate(correlations):
-                got, response = client.receive(0, 9)
-                assert got == correlation
-                partitions = response.responses[0].partition_responses
-                assert [(p.index, p.error_code, p.base_offset) for p in partitions] == [
-                    (p, 0, round_) for p in range(3)
-                ]
-        got = consume(node, topic, 3, 60)
-        for p in range(3):
-            assert [m.value() for m in got if m.partition() == p] == [
-                value(r, p) for r in range(20)
-            ]
+        for partitions in _produce_pipelined(node, topic, 3, 20, value):
+            assert [p.index for p in partitions] == [0, 1, 2]  # in the request's order
         assert "batches sent as frames" not in node.log()
     finally:
         node.stop()
