@@ -15,6 +15,18 @@ late in a run: a page the page cache takes for the first time has to be handed o
 hypervisor (this guest gives freed pages back), while a page freed a moment ago is reused
 at once. A raw write + fdatasync loop shows the same step after ~1 GiB of fresh pages.
 
+Where the client runs decides much of what a gigabyte costs here. This machine has two
+cores, so the bench's client (Python plus librdkafka's threads) shares a core with a shard.
+On the core of the shard that took its connection, the request bytes are still in that
+core's cache when the broker reads them (a loopback hand-over), which no remote client
+gives; on the other core, they arrive cold, as from a network card. Left to the scheduler,
+the client sits on whichever core is idle, and that is a different core for each side of a
+comparison: with one shard busy it takes the idle one, with two busy it is spread over both.
+So each case pins the client (`CLIENT_PLACEMENTS`): its rounds run with the client on a core
+other than the connection's (every node here takes its connections on shard 0), the
+placement the targets are checked in, as nearest to a client across a network; then fewer
+rounds on the connection's core, and unpinned, reported beside it.
+
 Both cases first measure the floor under their targets: one bare round trip over the real
 pipes between two pinned processes (bench/pipe_floor.py), and set it beside the CPU each
 target leaves per forwarded request (`_forward_figures`).
@@ -25,10 +37,11 @@ target leaves per forwarded request (`_forward_figures`).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from bench.broker import Broker, RssSampler, log
@@ -70,6 +83,11 @@ ROUNDS = 10
 # partitions; so half the requests go to the shard that did not accept the connection.
 FORWARDED_SHARE_2_SHARDS = 0.5
 PIPE_FLOOR_ROUND_TRIPS = 20_000
+# Where the bench's client runs during the produce rounds (see the module doc). The first is
+# the placement the targets are checked in; the others get `SECONDARY_ROUNDS_DIVISOR` times
+# fewer rounds and are reported beside it.
+CLIENT_PLACEMENTS = ("off_connection_core", "on_connection_core", "unpinned")
+SECONDARY_ROUNDS_DIVISOR = 2
 
 
 class Side:
@@ -88,21 +106,25 @@ class Side:
         self.check = liveness(broker)
         self.res: dict[str, Any] = {"topic": self.topic, "partitions": partitions, "rounds": []}
         self.produced = 0  # into the current topic
+        self.topics_made = 1
+        self.client_core: int | None = None  # where this side's phases run the client
 
     def create_topic(self) -> float:
         return create_topic(self.broker.bootstrap, self.topic, self.partitions)
 
-    def next_topic(self, round_: int) -> None:
-        """Delete this side's topic, then create the one for `round_` (see the module doc)."""
+    def next_topic(self) -> None:
+        """Delete this side's topic, then create a fresh one (see the module doc)."""
         delete_topic(self.broker.bootstrap, self.topic)
-        self.topic = self.topic_for(round_)
+        self.topic = self.topic_for(self.topics_made)
+        self.topics_made += 1
         self.create_topic()
         self.produced = 0
         self.res["topic"] = self.topic
 
     def phase(self, fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:
         before = self.cpu.snapshot()
-        out = fn()
+        with client_on_core(self.client_core):
+            out = fn()
         out["broker_cpu_s_by_process"] = by_process = self.cpu.since(before)
         # Only this side's processes: the other side's broker may run beside it, idle.
         cpu = sum(by_process.values())
@@ -126,22 +148,112 @@ def _median(values: list[Any]) -> float | None:
 
 
 def _rounds(
-    a: Side, b: Side, rounds: int, n: int, value: bytes, args: argparse.Namespace, label: str
+    a: Side,
+    b: Side,
+    rounds: int,
+    n: int,
+    value: bytes,
+    args: argparse.Namespace,
+    label: str,
+    key: str = "rounds",
 ) -> None:
-    """ABBA rounds of the produce phase, appended to each side's ``rounds``."""
+    """ABBA rounds of the produce phase, appended to each side's ``res[key]``."""
     for r in range(rounds):
         for side in (a, b) if r % 2 == 0 else (b, a):
-            side.next_topic(r + 1)  # round 0's topic took the warm-up
+            side.next_topic()  # the first topic took the warm-up
             out = side.produce(n, value, args)
-            side.res["rounds"].append(out)
+            side.res.setdefault(key, []).append(out)
             log(
-                f"{label} round {r + 1}/{rounds} {side.name}: {out['msgs_per_s']} msg/s, "
+                f"{label} {key} {r + 1}/{rounds} {side.name}: {out['msgs_per_s']} msg/s, "
                 f"{out.get('broker_cpu_s_per_gb')} CPU-s/GB"
             )
 
 
+def _rounds_key(placement: str) -> str:
+    """Where a side keeps its rounds in `placement`: the targets' one under ``rounds``."""
+    return "rounds" if placement == CLIENT_PLACEMENTS[0] else f"rounds_{placement}"
+
+
+def _placed_rounds(
+    a: Side,
+    b: Side,
+    cores: dict[str, int | None],
+    rounds: int,
+    n: int,
+    value: bytes,
+    args: argparse.Namespace,
+    label: str,
+) -> None:
+    """The produce rounds in every client placement, the targets' first and in full; the
+    sides are left with the targets' placement for the phases after."""
+    for placement in CLIENT_PLACEMENTS:
+        a.client_core = b.client_core = cores[placement]
+        count = rounds
+        if placement != CLIENT_PLACEMENTS[0]:
+            count = max(1, rounds // SECONDARY_ROUNDS_DIVISOR)
+        _rounds(a, b, count, n, value, args, f"{label} {placement}", _rounds_key(placement))
+    a.client_core = b.client_core = cores[CLIENT_PLACEMENTS[0]]
+
+
+def _shard_cores(broker: Broker) -> dict[int, int]:
+    """Shard id -> the core its process is pinned to, read from the process itself."""
+    cpu = ProcessCpu(broker)
+    cpu.snapshot()  # learns the shard pids from the broker's log
+    cores: dict[int, int] = {}
+    for pid, label in cpu.labels.items():
+        if label.startswith("shard"):
+            cores[int(label.removeprefix("shard"))] = min(os.sched_getaffinity(pid))
+    return cores
+
+
+def _client_cores(shard_cores: list[dict[int, int]], machine: list[int]) -> dict[str, int | None]:
+    """The client's core in each placement (see the module doc), given each node's shard
+    cores (`_shard_cores`) and the cores this machine lets the bench use. Every node here
+    takes its connections on shard 0, so that core is the connection's; off it, a core no
+    shard uses if there is one, else the first other core."""
+    connection: set[int] = set()
+    used: set[int] = set()
+    for cores in shard_cores:
+        if 0 not in cores:
+            raise CaseError(f"a node without shard 0 (shards on cores {cores})")
+        connection.add(cores[0])
+        used.update(cores.values())
+    if len(connection) != 1:
+        raise CaseError(f"the nodes' shard 0 run on different cores: {sorted(connection)}")
+    (core,) = connection
+    others = [c for c in machine if c != core]
+    if not others:
+        raise CaseError(f"the client needs a core besides shard 0's ({core})")
+    free = [c for c in others if c not in used]
+    return {
+        "off_connection_core": (free or others)[0],
+        "on_connection_core": core,
+        "unpinned": None,
+    }
+
+
+def _placements_for(brokers: list[Broker]) -> dict[str, int | None]:
+    return _client_cores([_shard_cores(b) for b in brokers], sorted(os.sched_getaffinity(0)))
+
+
+@contextlib.contextmanager
+def client_on_core(core: int | None) -> Iterator[None]:
+    """Run the client on `core` (None: anywhere): this thread, and so every thread it starts
+    meanwhile (librdkafka's, made when a phase creates its producer or consumer)."""
+    if core is None:
+        yield
+        return
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {core})
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, before)
+
+
 def _summarise(a: Side, b: Side, res: dict[str, Any], prefix: str) -> None:
-    """Medians per side and the per-round ratios (b over a), under ``res``."""
+    """Medians per side and the per-round ratios (b over a), under ``res``, for the targets'
+    placement; each placement's medians under ``res["client_placements"]``."""
     for side in (a, b):
         rs = side.res["rounds"]
         side.res["produce_median"] = {
@@ -152,13 +264,36 @@ def _summarise(a: Side, b: Side, res: dict[str, Any], prefix: str) -> None:
             "latency_p99_ms": _median([_get(r, "latency_ms", "p99") for r in rs]),
             "msgs_per_request": _median([r.get("msgs_per_request") for r in rs]),
         }
-    pairs = list(zip(a.res["rounds"], b.res["rounds"], strict=True))
-    cpu = [_ratio(y.get("broker_cpu_s_per_gb"), x.get("broker_cpu_s_per_gb")) for x, y in pairs]
-    rate = [_ratio(y["msgs_per_s"], x["msgs_per_s"]) for x, y in pairs]
+    cpu, rate = _round_ratios(a, b, "rounds")
     res[f"{prefix}_cpu_per_gb_by_round"] = cpu
     res[f"{prefix}_msgs_per_s_by_round"] = rate
     res[f"{prefix}_cpu_per_gb_median"] = _median(cpu)
     res[f"{prefix}_msgs_per_s_median"] = _median(rate)
+    placements: dict[str, Any] = {}
+    for placement in CLIENT_PLACEMENTS:
+        key = _rounds_key(placement)
+        cpu, rate = _round_ratios(a, b, key)
+        placements[placement] = {
+            "client_core": res.get("client_cores", {}).get(placement),
+            "rounds": len(cpu),
+            f"{a.name}_cpu_per_gb_median": _median(
+                [r.get("broker_cpu_s_per_gb") for r in a.res.get(key, [])]
+            ),
+            f"{b.name}_cpu_per_gb_median": _median(
+                [r.get("broker_cpu_s_per_gb") for r in b.res.get(key, [])]
+            ),
+            f"{prefix}_cpu_per_gb_median": _median(cpu),
+            f"{prefix}_msgs_per_s_median": _median(rate),
+        }
+    res["client_placements"] = placements
+
+
+def _round_ratios(a: Side, b: Side, key: str) -> tuple[list[Any], list[Any]]:
+    """Per round, B over A: CPU per GB, and msg/s."""
+    pairs = list(zip(a.res.get(key, []), b.res.get(key, []), strict=True))
+    cpu = [_ratio(y.get("broker_cpu_s_per_gb"), x.get("broker_cpu_s_per_gb")) for x, y in pairs]
+    rate = [_ratio(y["msgs_per_s"], x["msgs_per_s"]) for x, y in pairs]
+    return cpu, rate
 
 
 def _pipe_floor(res: dict[str, Any], quick: bool) -> None:
@@ -269,9 +404,13 @@ def run_shards_1_vs_2(args: argparse.Namespace, ceilings: dict[str, Any]) -> dic
     topic = f"bench-{case}"
     t0 = time.monotonic()
     _pipe_floor(res, args.quick)
-    brokers = {
-        smp: Broker(smp=smp, krill=args.krill, data_root=args.data_root, keep=args.keep)
-        for smp in (1, 2)
+    # Both nodes take their connections on shard 0 (see the module doc): with one client
+    # connection that is what the kernel picks half the time; the other half is its mirror.
+    env = {"KRILL_KAFKA_SHARDS": "1"}
+    res["smp_2_broker_env"] = env
+    brokers: dict[int, Broker] = {
+        1: Broker(smp=1, krill=args.krill, data_root=args.data_root, keep=args.keep),
+        2: EnvBroker(env=env, smp=2, krill=args.krill, data_root=args.data_root, keep=args.keep),
     }
     sides: list[Side] = []
     try:
@@ -281,8 +420,10 @@ def run_shards_1_vs_2(args: argparse.Namespace, ceilings: dict[str, Any]) -> dic
             RssSampler(brokers[1].pid) as rss1,
             RssSampler(brokers[2].pid) as rss2,
         ):
+            res["client_cores"] = cores = _placements_for(list(brokers.values()))
             for smp, broker in brokers.items():
                 side = Side(f"smp={smp}", broker, lambda r: f"{topic}-{r}", PARTITIONS)
+                side.client_core = cores[CLIENT_PLACEMENTS[0]]
                 side.res["smp"] = smp
                 side.res["broker_pid"] = broker.pid
                 side.res["topic_create_s"] = round(side.create_topic(), 3)
@@ -290,7 +431,7 @@ def run_shards_1_vs_2(args: argparse.Namespace, ceilings: dict[str, Any]) -> dic
                 side.res["idle"] = idle_cpu(broker, 1.0 if args.quick else 2.0)
                 sides.append(side)
             try:
-                _rounds(sides[0], sides[1], rounds, n, value, args, case)
+                _placed_rounds(sides[0], sides[1], cores, rounds, n, value, args, case)
                 _after_rounds(sides, value, fixed_s, args, case)
             finally:
                 for side, rss in zip(sides, (rss1, rss2), strict=False):
@@ -355,17 +496,19 @@ def run_cross_core_vs_local(args: argparse.Namespace) -> dict[str, Any]:
     try:
         with broker, RssSampler(broker.pid) as rss:
             res["broker_pid"] = broker.pid
+            res["client_cores"] = cores = _placements_for([broker])
             for name, owner in (("local", 0), ("cross", 1)):
                 side = Side(
                     name, broker, lambda r, n=name, o=owner: _topic_on_shard(f"bench-{n}-{r}", o), 1
                 )
+                side.client_core = cores[CLIENT_PLACEMENTS[0]]
                 side.res["owner_shard"] = owner
                 side.res["topic_create_s"] = round(side.create_topic(), 3)
                 side.produce(warmup, value, args)  # untimed: both paths warm
                 sides.append(side)
             res["idle"] = idle_cpu(broker, 1.0 if args.quick else 2.0)
             try:
-                _rounds(sides[0], sides[1], rounds, n, value, args, case)
+                _placed_rounds(sides[0], sides[1], cores, rounds, n, value, args, case)
                 _after_rounds(sides, value, fixed_s, args, case)
             finally:
                 _broker_live_figures(res, broker, rss)
