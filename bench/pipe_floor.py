@@ -14,7 +14,16 @@ threads, kernel time on their behalf), from `time.process_time()`. The shard cas
 beside the CPU their targets leave per forwarded request (bench/shards.py): no forwarding
 path with a round trip per request can cost less than this, whatever it does.
 
-    python -m bench.pipe_floor [--round-trips 20000]
+With `handoff_bytes`, each round trip also hands a request's bytes from one core to the
+other, as a forwarded produce does: the sender copies them into a shared-memory region
+(as a connection receives a request into its shard's arena), the owner copies them out (as
+its `pwrite` copies them into the page cache), each from and into rings of
+`HANDOFF_REGIONS` regions, so the bytes come cold as a client's do. The same two copies are
+then timed in one process on one core, as the local path makes them, and the difference is
+the handoff floor: what a forwarded request costs beyond the same bytes handled on one
+core, before any of the broker's own work.
+
+    python -m bench.pipe_floor [--round-trips 20000] [--handoff-bytes N]
 """
 
 from __future__ import annotations
@@ -22,6 +31,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import mmap
 import os
 import subprocess
 import sys
@@ -43,15 +53,46 @@ PROCESS_TIMEOUT_S = SIDE_TIMEOUT_S + 30.0
 # The shapes of a forwarded produce's header and of its "produced" answer (shards/router.py).
 _REQUEST = {"t": "produce", "topic": "bench-pipe-floor", "p": 0, "acks": -1, "a": [0, 944_000]}
 _ANSWER = {"e": 0, "o": 0, "lat": -1, "lso": 0, "m": None, "d": 1, "t": "reply"}
+# Regions in each ring of a handoff run: 16 requests of ~1 MB are more than a core's cache.
+HANDOFF_REGIONS = 16
 
 
-def _side(shard: int, run_dir: str, warmup: int, round_trips: int) -> dict[str, Any]:
+class _Rings:
+    """A handoff's buffers: a private ring the bytes come from, the shared one they cross
+    in (a memfd both sides map, as the shards map the arenas), a private one they go to."""
+
+    def __init__(self, nbytes: int, shared_fd: int) -> None:
+        self.nbytes = nbytes
+        size = nbytes * HANDOFF_REGIONS
+        self.incoming = memoryview(bytearray(os.urandom(nbytes)) * HANDOFF_REGIONS)
+        self.shared = memoryview(mmap.mmap(shared_fd, size))
+        self.outgoing = memoryview(bytearray(size))
+
+    def receive(self, i: int) -> int:
+        """Copy request `i` into its shared region, as a connection receives it; its offset."""
+        at = (i % HANDOFF_REGIONS) * self.nbytes
+        self.shared[at : at + self.nbytes] = self.incoming[at : at + self.nbytes]
+        return at
+
+    def write(self, i: int, at: int) -> None:
+        """Copy the shared region at `at` out, as an append copies it into the page cache."""
+        to = (i * 7 % HANDOFF_REGIONS) * self.nbytes  # not where it came from
+        self.outgoing[to : to + self.nbytes] = self.shared[at : at + self.nbytes]
+
+
+def _pin(shard: int) -> None:
+    cores = sorted(os.sched_getaffinity(0))
+    os.sched_setaffinity(0, {cores[shard % len(cores)]})
+
+
+def _side(
+    shard: int, run_dir: str, warmup: int, round_trips: int, rings: _Rings | None = None
+) -> dict[str, Any]:
     """One process's end: pinned, one loop, the real pipe mesh; its own CPU over the run."""
     from shards.pipes import ZmqPipeMesh
     from shards.threads import demote_helper_threads
 
-    cores = sorted(os.sched_getaffinity(0))
-    os.sched_setaffinity(0, {cores[shard % len(cores)]})
+    _pin(shard)
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
     done: asyncio.Future[None] = loop.create_future()
@@ -69,12 +110,20 @@ def _side(shard: int, run_dir: str, warmup: int, round_trips: int) -> dict[str, 
         if count == warmup:
             start = mark()
         if shard == 1:
+            if rings is not None:
+                rings.write(count, header["a"][0])
             mesh.writer(0).send({**_ANSWER, "id": header["id"], "o": count})
         elif count < total:
-            mesh.writer(1).send({**_REQUEST, "id": count})
+            send_request(count)
         if count == total:
             end = mark()
             done.set_result(None)
+
+    def send_request(i: int) -> None:
+        request = {**_REQUEST, "id": i}
+        if rings is not None:
+            request["a"] = [rings.receive(i), rings.nbytes]
+        mesh.writer(1).send(request)
 
     mesh = ZmqPipeMesh(shard, 2, run_dir, loop, on_message)
     try:
@@ -83,7 +132,7 @@ def _side(shard: int, run_dir: str, warmup: int, round_trips: int) -> dict[str, 
         async def run() -> None:
             if shard == 0:
                 await asyncio.sleep(SETTLE_S)
-                mesh.writer(1).send({**_REQUEST, "id": 0})
+                send_request(0)
             await asyncio.wait_for(done, timeout=SIDE_TIMEOUT_S)
             await asyncio.sleep(SETTLE_S)
 
@@ -101,55 +150,124 @@ def _side(shard: int, run_dir: str, warmup: int, round_trips: int) -> dict[str, 
     }
 
 
+def _copies_on_one_core(rings: _Rings, warmup: int, requests: int) -> dict[str, Any]:
+    """The handoff's two copies per request, both in this process on one core (the local
+    path); CPU-µs per request."""
+    _pin(0)
+
+    def one(i: int) -> None:
+        rings.write(i, rings.receive(i))
+
+    for i in range(warmup):
+        one(i)
+    start = time.process_time()
+    for i in range(warmup, warmup + requests):
+        one(i)
+    return {"cpu_us": (time.process_time() - start) / requests * 1e6}
+
+
 def measure_pipe_round_trip(
-    round_trips: int = ROUND_TRIPS, timeout: float = PROCESS_TIMEOUT_S
+    round_trips: int = ROUND_TRIPS, timeout: float = PROCESS_TIMEOUT_S, handoff_bytes: int = 0
 ) -> dict:
-    """Run the two processes; CPU-µs per round trip (both), loop-thread µs, and wall µs."""
+    """Run the two processes; CPU-µs per round trip (both), loop-thread µs, and wall µs.
+    With `handoff_bytes`, also the same copies on one core and the handoff floor."""
     with tempfile.TemporaryDirectory(prefix="krill-pipe-floor-") as run_dir:
         argv = [sys.executable, "-m", "bench.pipe_floor", "side", "--run-dir", run_dir,
                 "--round-trips", str(round_trips)]  # fmt: skip
-        procs = [
-            subprocess.Popen([*argv, "--shard", str(shard)], stdout=subprocess.PIPE, text=True)
-            for shard in (1, 0)
-        ]
+        fds: list[int] = []
+        if handoff_bytes:
+            fd = os.memfd_create("krill-pipe-floor")
+            os.ftruncate(fd, handoff_bytes * HANDOFF_REGIONS)
+            fds = [fd]
+            argv += ["--handoff-bytes", str(handoff_bytes), "--handoff-fd", str(fd)]
         try:
-            sides = []
-            for proc in procs:
-                out, _ = proc.communicate(timeout=timeout)
-                if proc.returncode != 0:
-                    raise RuntimeError(f"pipe floor side exited {proc.returncode}")
-                sides.append(json.loads(out.strip().splitlines()[-1]))
+            pairs = [_run_sides(argv, round_trips, timeout, fds)]
+            if handoff_bytes:
+                pairs.append(_run([*argv[:3], "copies", *argv[4:]], timeout, fds))
         finally:
-            for proc in procs:
-                if proc.poll() is None:
-                    proc.kill()
-                    proc.wait()
+            for fd in fds:
+                os.close(fd)
+    sides = pairs[0]
     by_shard = {s["shard"]: s for s in sides}
-    return {
+    figures: dict[str, Any] = {
         "round_trips": round_trips,
         "cpu_us_per_round_trip": round(sum(s["cpu_us"] for s in sides), 1),
         "loop_threads_us_per_round_trip": round(sum(s["loop_thread_us"] for s in sides), 1),
         "wall_us_per_round_trip": round(by_shard[0]["wall_us"], 1),
         "by_shard_cpu_us": [round(by_shard[i]["cpu_us"], 1) for i in (0, 1)],
     }
+    if handoff_bytes:
+        one_core = pairs[1][0]["cpu_us"]
+        figures["handoff_bytes"] = handoff_bytes
+        figures["copies_on_one_core_cpu_us"] = round(one_core, 1)
+        figures["handoff_floor_cpu_us"] = round(figures["cpu_us_per_round_trip"] - one_core, 1)
+    return figures
+
+
+def _run_sides(argv: list[str], round_trips: int, timeout: float, fds: list[int]) -> list[dict]:
+    """Both sides at once, the answering one first; their figures."""
+    procs = [
+        subprocess.Popen(
+            [*argv, "--shard", str(shard)], stdout=subprocess.PIPE, text=True, pass_fds=fds
+        )
+        for shard in (1, 0)
+    ]
+    return _collect(procs, timeout)
+
+
+def _run(argv: list[str], timeout: float, fds: list[int]) -> list[dict]:
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, pass_fds=fds)
+    return _collect([proc], timeout)
+
+
+def _collect(procs: list[subprocess.Popen[str]], timeout: float) -> list[dict]:
+    try:
+        out = []
+        for proc in procs:
+            stdout, _ = proc.communicate(timeout=timeout)
+            if proc.returncode != 0:
+                raise RuntimeError(f"pipe floor process exited {proc.returncode}")
+            out.append(json.loads(stdout.strip().splitlines()[-1]))
+        return out
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
 
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="python -m bench.pipe_floor")
-    ap.add_argument("mode", nargs="?", default="measure", choices=["measure", "side"])
+    ap.add_argument("mode", nargs="?", default="measure", choices=["measure", "side", "copies"])
     ap.add_argument("--shard", type=int, choices=[0, 1], default=0)
     ap.add_argument("--run-dir", default="")
     ap.add_argument("--round-trips", type=int, default=ROUND_TRIPS)
+    ap.add_argument("--handoff-bytes", type=int, default=0, help="bytes handed over per request")
+    ap.add_argument("--handoff-fd", type=int, default=-1, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.round_trips < 1:
         ap.error("--round-trips must be at least 1")
-    if args.mode == "side":
+    if args.handoff_bytes < 0:
+        ap.error("--handoff-bytes must not be negative")
+    warmup = min(WARMUP_ROUND_TRIPS, args.round_trips)
+    if args.mode in ("side", "copies"):
         if not args.run_dir:
-            ap.error("side needs --run-dir")
-        warmup = min(WARMUP_ROUND_TRIPS, args.round_trips)
-        print(json.dumps(_side(args.shard, args.run_dir, warmup, args.round_trips)), flush=True)
+            ap.error(f"{args.mode} needs --run-dir")
+        if args.mode == "copies" and not args.handoff_bytes:
+            ap.error("copies needs --handoff-bytes")
+        rings = None
+        if args.handoff_bytes:
+            if args.handoff_fd < 0:
+                ap.error("--handoff-bytes in a side needs --handoff-fd")
+            rings = _Rings(args.handoff_bytes, args.handoff_fd)
+        if args.mode == "copies":
+            assert rings is not None
+            figures = _copies_on_one_core(rings, warmup, args.round_trips)
+        else:
+            figures = _side(args.shard, args.run_dir, warmup, args.round_trips, rings)
+        print(json.dumps(figures), flush=True)
         return
-    print(json.dumps(measure_pipe_round_trip(args.round_trips)), flush=True)
+    print(json.dumps(measure_pipe_round_trip(args.round_trips, handoff_bytes=args.handoff_bytes)))
 
 
 if __name__ == "__main__":

@@ -83,6 +83,8 @@ ROUNDS = 10
 # partitions; so half the requests go to the shard that did not accept the connection.
 FORWARDED_SHARE_2_SHARDS = 0.5
 PIPE_FLOOR_ROUND_TRIPS = 20_000
+# Round trips of the handoff floor (bench/pipe_floor.py), each handing over a request's bytes.
+HANDOFF_FLOOR_ROUND_TRIPS = 5_000
 # Where the bench's client runs during the produce rounds (see the module doc). The first is
 # the placement the targets are checked in; the others get `SECONDARY_ROUNDS_DIVISOR` times
 # fewer rounds and are reported beside it.
@@ -307,11 +309,28 @@ def _pipe_floor(res: dict[str, Any], quick: bool) -> None:
         res["pipe_round_trip_floor"] = {"error": f"{type(e).__name__}: {e}"}
 
 
+def _handoff_floor(res: dict[str, Any], b: Side, quick: bool) -> None:
+    """The floor with B's median request handed from core to core (bench/pipe_floor.py),
+    measured after the brokers stopped, under ``res["handoff_floor"]``."""
+    per_request = _get(b.res, "produce_median", "msgs_per_request")
+    if not per_request:
+        return
+    log("handoff floor")
+    try:
+        res["handoff_floor"] = measure_pipe_round_trip(
+            HANDOFF_FLOOR_ROUND_TRIPS // 10 if quick else HANDOFF_FLOOR_ROUND_TRIPS,
+            handoff_bytes=round(per_request * VALUE_BYTES),
+        )
+    except Exception as e:
+        res["handoff_floor"] = {"error": f"{type(e).__name__}: {e}"}
+
+
 def _forward_figures(
     a: Side, b: Side, res: dict[str, Any], prefix: str, target: float, share: float
 ) -> None:
     """What B's CPU per GB over A's comes to per forwarded request, what the target leaves
-    for it, and the floor (one bare pipe round trip) set beside what the target leaves.
+    for it, and the floors (a bare pipe round trip; one handing over B's median request)
+    set beside what the target leaves.
 
     Per round: a request is the size of B's in that round (its messages per request, 1 KiB
     each); `share` of B's requests are forwarded. Extra = (B's - A's CPU per byte) x request bytes
@@ -336,6 +355,8 @@ def _forward_figures(
     res[f"{prefix}_target_leaves_cpu_us_per_forwarded_request_median"] = left_us
     floor = res.get("pipe_round_trip_floor", {}).get("cpu_us_per_round_trip")
     res[f"{prefix}_pipe_floor_over_target_leaves"] = _ratio(floor, left_us)
+    handoff = res.get("handoff_floor", {}).get("handoff_floor_cpu_us")
+    res[f"{prefix}_handoff_floor_over_target_leaves"] = _ratio(handoff, left_us)
 
 
 def _once_ratios(a: Side, b: Side, res: dict[str, Any], name: Callable[[str], str]) -> None:
@@ -443,6 +464,7 @@ def run_shards_1_vs_2(args: argparse.Namespace, ceilings: dict[str, Any]) -> dic
             _broker_stop_figures(side.res, side.broker)
     if len(sides) == 2 and sides[1].res["rounds"]:
         _summarise(sides[0], sides[1], res, "smp_2_over_1")
+        _handoff_floor(res, sides[1], args.quick)
         _forward_figures(
             sides[0], sides[1], res, "smp_2_over_1",
             TARGET_CPU_PER_GB_2_OVER_1, FORWARDED_SHARE_2_SHARDS,
@@ -520,6 +542,7 @@ def run_cross_core_vs_local(args: argparse.Namespace) -> dict[str, Any]:
         res[side.name] = side.res
     if len(sides) == 2 and sides[1].res["rounds"]:
         _summarise(sides[0], sides[1], res, "cross_over_local")
+        _handoff_floor(res, sides[1], args.quick)
         _forward_figures(
             sides[0], sides[1], res, "cross_over_local", TARGET_CROSS_OVER_LOCAL_CPU_PER_GB, 1.0
         )

@@ -39,3 +39,26 @@ def test_a_side_without_a_run_directory_is_a_one_line_usage_error() -> None:
     assert done.returncode == 2
     assert done.stderr.strip().splitlines()[-1].endswith("side needs --run-dir")
     assert "Traceback" not in done.stderr
+
+
+def test_the_handoff_floor_hands_each_request_across_and_times_the_copies_on_one_core() -> None:
+    figures = measure_pipe_round_trip(round_trips=200, timeout=40, handoff_bytes=64 * 1024)
+
+    assert figures["handoff_bytes"] == 64 * 1024
+    assert figures["round_trips"] == 200
+    one_core = figures["copies_on_one_core_cpu_us"]
+    assert one_core > 0, figures
+    assert figures["handoff_floor_cpu_us"] == pytest.approx(
+        figures["cpu_us_per_round_trip"] - one_core, abs=0.2
+    )
+
+
+def test_copies_without_a_size_is_a_one_line_usage_error() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.pipe_floor", "copies", "--run-dir", "/tmp"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines()[-1].endswith("copies needs --handoff-bytes")
