@@ -181,13 +181,13 @@ def measure_pipe_round_trip(
             fds = [fd]
             argv += ["--handoff-bytes", str(handoff_bytes), "--handoff-fd", str(fd)]
         try:
-            pairs = [_run_sides(argv, round_trips, timeout, fds)]
+            runs = [_run_sides(argv, timeout, fds)]
             if handoff_bytes:
-                pairs.append(_run([*argv[:3], "copies", *argv[4:]], timeout, fds))
+                runs.append(_run([*argv[:3], "copies", *argv[4:]], timeout, fds))
         finally:
             for fd in fds:
                 os.close(fd)
-    sides = pairs[0]
+    sides = runs[0]
     by_shard = {s["shard"]: s for s in sides}
     figures: dict[str, Any] = {
         "round_trips": round_trips,
@@ -197,14 +197,14 @@ def measure_pipe_round_trip(
         "by_shard_cpu_us": [round(by_shard[i]["cpu_us"], 1) for i in (0, 1)],
     }
     if handoff_bytes:
-        one_core = pairs[1][0]["cpu_us"]
+        one_core = runs[1][0]["cpu_us"]
         figures["handoff_bytes"] = handoff_bytes
         figures["copies_on_one_core_cpu_us"] = round(one_core, 1)
         figures["handoff_floor_cpu_us"] = round(figures["cpu_us_per_round_trip"] - one_core, 1)
     return figures
 
 
-def _run_sides(argv: list[str], round_trips: int, timeout: float, fds: list[int]) -> list[dict]:
+def _run_sides(argv: list[str], timeout: float, fds: list[int]) -> list[dict]:
     """Both sides at once, the answering one first; their figures."""
     procs = [
         subprocess.Popen(
@@ -216,11 +216,13 @@ def _run_sides(argv: list[str], round_trips: int, timeout: float, fds: list[int]
 
 
 def _run(argv: list[str], timeout: float, fds: list[int]) -> list[dict]:
+    """One process; its figures."""
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, pass_fds=fds)
     return _collect([proc], timeout)
 
 
 def _collect(procs: list[subprocess.Popen[str]], timeout: float) -> list[dict]:
+    """Each process's last line of output (its figures), in order; none is left running."""
     try:
         out = []
         for proc in procs:
@@ -258,7 +260,7 @@ def main(argv: list[str] | None = None) -> None:
         rings = None
         if args.handoff_bytes:
             if args.handoff_fd < 0:
-                ap.error("--handoff-bytes in a side needs --handoff-fd")
+                ap.error(f"{args.mode} with --handoff-bytes needs --handoff-fd")
             rings = _Rings(args.handoff_bytes, args.handoff_fd)
         if args.mode == "copies":
             assert rings is not None
@@ -267,7 +269,8 @@ def main(argv: list[str] | None = None) -> None:
             figures = _side(args.shard, args.run_dir, warmup, args.round_trips, rings)
         print(json.dumps(figures), flush=True)
         return
-    print(json.dumps(measure_pipe_round_trip(args.round_trips, handoff_bytes=args.handoff_bytes)))
+    figures = measure_pipe_round_trip(args.round_trips, handoff_bytes=args.handoff_bytes)
+    print(json.dumps(figures), flush=True)
 
 
 if __name__ == "__main__":

@@ -291,8 +291,9 @@ def _summarise(a: Side, b: Side, res: dict[str, Any], prefix: str) -> None:
 
 
 def _round_ratios(a: Side, b: Side, key: str) -> tuple[list[Any], list[Any]]:
-    """Per round, B over A: CPU per GB, and msg/s."""
-    pairs = list(zip(a.res.get(key, []), b.res.get(key, []), strict=True))
+    """Per round, B over A: CPU per GB, and msg/s. Rounds are appended in order, so a case
+    that failed in a round's middle leaves one side a round ahead: that round is dropped."""
+    pairs = list(zip(a.res.get(key, []), b.res.get(key, []), strict=False))
     cpu = [_ratio(y.get("broker_cpu_s_per_gb"), x.get("broker_cpu_s_per_gb")) for x, y in pairs]
     rate = [_ratio(y["msgs_per_s"], x["msgs_per_s"]) for x, y in pairs]
     return cpu, rate
