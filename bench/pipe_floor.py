@@ -172,18 +172,18 @@ def measure_pipe_round_trip(
     """Run the two processes; CPU-µs per round trip (both), loop-thread µs, and wall µs.
     With `handoff_bytes`, also the same copies on one core and the handoff floor."""
     with tempfile.TemporaryDirectory(prefix="krill-pipe-floor-") as run_dir:
-        argv = [sys.executable, "-m", "bench.pipe_floor", "side", "--run-dir", run_dir,
-                "--round-trips", str(round_trips)]  # fmt: skip
+        options = ["--run-dir", run_dir, "--round-trips", str(round_trips)]
         fds: list[int] = []
         if handoff_bytes:
             fd = os.memfd_create("krill-pipe-floor")
             os.ftruncate(fd, handoff_bytes * HANDOFF_REGIONS)
             fds = [fd]
-            argv += ["--handoff-bytes", str(handoff_bytes), "--handoff-fd", str(fd)]
+            options += ["--handoff-bytes", str(handoff_bytes), "--handoff-fd", str(fd)]
         try:
-            runs = [_run_sides(argv, timeout, fds)]
+            # Both sides at once, the answering one first; then the copies on one core.
+            runs = [_run([["side", "--shard", str(s), *options] for s in (1, 0)], timeout, fds)]
             if handoff_bytes:
-                runs.append(_run([*argv[:3], "copies", *argv[4:]], timeout, fds))
+                runs.append(_run([["copies", *options]], timeout, fds))
         finally:
             for fd in fds:
                 os.close(fd)
@@ -204,21 +204,18 @@ def measure_pipe_round_trip(
     return figures
 
 
-def _run_sides(argv: list[str], timeout: float, fds: list[int]) -> list[dict]:
-    """Both sides at once, the answering one first; their figures."""
+def _run(commands: list[list[str]], timeout: float, fds: list[int]) -> list[dict]:
+    """`python -m bench.pipe_floor <command>` for each command, all at once; their figures."""
     procs = [
         subprocess.Popen(
-            [*argv, "--shard", str(shard)], stdout=subprocess.PIPE, text=True, pass_fds=fds
+            [sys.executable, "-m", "bench.pipe_floor", *command],
+            stdout=subprocess.PIPE,
+            text=True,
+            pass_fds=fds,
         )
-        for shard in (1, 0)
+        for command in commands
     ]
     return _collect(procs, timeout)
-
-
-def _run(argv: list[str], timeout: float, fds: list[int]) -> list[dict]:
-    """One process; its figures."""
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, pass_fds=fds)
-    return _collect([proc], timeout)
 
 
 def _collect(procs: list[subprocess.Popen[str]], timeout: float) -> list[dict]:
