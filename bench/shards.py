@@ -27,6 +27,13 @@ other than the connection's (every node here takes its connections on shard 0), 
 placement the targets are checked in, as nearest to a client across a network; then fewer
 rounds on the connection's core, and unpinned, reported beside it.
 
+What bounds produce throughput here is the client. A pinned client keeps its core full in
+every round (`client_core_busy`, `shards_on_client_core_busy`): beside one shard it has the
+core to itself, beside two it has what shard 1 leaves it, and B's msg/s over A's is close
+to that share (`_client_bound_prediction`). Even the cheapest client (`produce_max_batched`,
+run in `BATCHED_ROUNDS` more rounds) needs more than one core to keep one shard's core busy
+(`client_cores_to_fill_one_shard`), and beside that shard this machine leaves it one.
+
 Both cases first measure the floor under their targets: one bare round trip over the real
 pipes between two pinned processes (bench/pipe_floor.py), and set it beside the CPU each
 target leaves per forwarded request (`_forward_figures`).
@@ -66,6 +73,7 @@ from bench.run import (
     liveness,
     produce_fixed_rate,
     produce_max,
+    produce_max_batched,
     vs_ceiling,
 )
 
@@ -90,6 +98,14 @@ HANDOFF_FLOOR_ROUND_TRIPS = 5_000
 # fewer rounds and are reported beside it.
 CLIENT_PLACEMENTS = ("off_connection_core", "on_connection_core", "unpinned")
 SECONDARY_ROUNDS_DIVISOR = 2
+# How long a started node may take until every shard has logged its pid (`_shard_cores`).
+SHARD_LINES_TIMEOUT_S = 10.0
+# Rounds of `shards_1_vs_2` with the cheapest client (`produce_max_batched`), after the rest.
+BATCHED_ROUNDS = 4
+# A pinned client's core is full when the client's CPU and its shards' make this share of a
+# phase's elapsed time or more: the client is then what bounds throughput
+# (`_client_bound_prediction`).
+CLIENT_SATURATED = 0.9
 
 
 class Side:
@@ -110,6 +126,7 @@ class Side:
         self.produced = 0  # into the current topic
         self.topics_made = 1
         self.client_core: int | None = None  # where this side's phases run the client
+        self.shard_cores: dict[int, int] = {}  # shard id -> its core (`_shard_cores`)
 
     def create_topic(self) -> float:
         return create_topic(self.broker.bootstrap, self.topic, self.partitions)
@@ -141,7 +158,55 @@ class Side:
             check=self.check, broker_pid=self.broker.pid,
         ))  # fmt: skip
         self.produced += n
+        _client_core_figures(out, self.client_core, self.shard_cores)
         return out
+
+    def produce_batched(self, n: int, value: bytes, args: argparse.Namespace) -> dict[str, Any]:
+        """The produce phase with the cheapest client (`produce_max_batched`)."""
+        out = self.phase(lambda: produce_max_batched(
+            self.broker.bootstrap, self.topic, n, value, self.partitions,
+            timeout=args.phase_timeout, stall_timeout=args.stall_timeout,
+            check=self.check, broker_pid=self.broker.pid,
+        ))  # fmt: skip
+        self.produced += n
+        _client_core_figures(out, self.client_core, self.shard_cores)
+        return out
+
+
+def _client_core_figures(
+    out: dict[str, Any], client_core: int | None, shard_cores: dict[int, int]
+) -> None:
+    """With the client pinned to one core, how busy a produce phase kept that core: the
+    client's CPU, and its shards' (those pinned to the same core), each over the phase's
+    elapsed time. A client at ~1.0 is what bounds the phase's throughput."""
+    elapsed, client = out.get("elapsed_s"), out.get("client_cpu_s")
+    if client_core is None or not elapsed or client is None:
+        return
+    by_process = out.get("broker_cpu_s_by_process", {})
+    shards = sum(
+        by_process.get(f"shard{shard}", 0.0)
+        for shard, core in shard_cores.items()
+        if core == client_core
+    )
+    out["client_core_busy"] = round(client / elapsed, 3)
+    out["shards_on_client_core_busy"] = round(shards / elapsed, 3)
+
+
+def _client_bound_prediction(x: dict[str, Any], y: dict[str, Any]) -> float | None:
+    """B's msg/s over A's in one round pair (rounds `x` of A, `y` of B), if the client is
+    what bounds both: its core is full (the client's CPU and that core's shards' make at
+    least `CLIENT_SATURATED` of the elapsed time), it costs the same CPU per message on both
+    sides, and it has only what the shards leave it. None unless the client was pinned and
+    its core full on both sides."""
+    names = ("client_core_busy", "shards_on_client_core_busy")
+    figures = [float(f) for f in (r.get(what) for r in (x, y) for what in names) if f is not None]
+    if len(figures) != 4:
+        return None
+    busy_a, shards_a, busy_b, shards_b = figures
+    if min(busy_a + shards_a, busy_b + shards_b) < CLIENT_SATURATED:
+        return None
+    left_a, left_b = 1.0 - shards_a, 1.0 - shards_b
+    return round(left_b / left_a, 3) if left_a > 0 else None
 
 
 def _median(values: list[Any]) -> float | None:
@@ -158,12 +223,15 @@ def _rounds(
     args: argparse.Namespace,
     label: str,
     key: str = "rounds",
+    batched: bool = False,
 ) -> None:
-    """ABBA rounds of the produce phase, appended to each side's ``res[key]``."""
+    """ABBA rounds of the produce phase (`Side.produce`, or `Side.produce_batched`),
+    appended to each side's ``res[key]``."""
     for r in range(rounds):
         for side in (a, b) if r % 2 == 0 else (b, a):
             side.next_topic()  # the first topic took the warm-up
-            out = side.produce(n, value, args)
+            produce = side.produce_batched if batched else side.produce
+            out = produce(n, value, args)
             side.res.setdefault(key, []).append(out)
             log(
                 f"{label} {key} {r + 1}/{rounds} {side.name}: {out['msgs_per_s']} msg/s, "
@@ -197,15 +265,23 @@ def _placed_rounds(
     a.client_core = b.client_core = cores[CLIENT_PLACEMENTS[0]]
 
 
-def _shard_cores(broker: Broker) -> dict[int, int]:
-    """Shard id -> the core its process is pinned to, read from the process itself."""
+def _shard_cores(broker: Broker, timeout: float = SHARD_LINES_TIMEOUT_S) -> dict[int, int]:
+    """Shard id -> the core its process is pinned to, read from the process itself, once
+    every shard has logged its pid (a node is ready before its last shard says so)."""
     cpu = ProcessCpu(broker)
-    cpu.snapshot()  # learns the shard pids from the broker's log
-    cores: dict[int, int] = {}
-    for pid, label in cpu.labels.items():
-        if label.startswith("shard"):
-            cores[int(label.removeprefix("shard"))] = min(os.sched_getaffinity(pid))
-    return cores
+    deadline = time.monotonic() + timeout
+    while True:
+        cpu.snapshot()  # learns the shard pids from the broker's log
+        shards = {pid: label for pid, label in cpu.labels.items() if label.startswith("shard")}
+        if len(shards) >= broker.smp:
+            break
+        if time.monotonic() > deadline:
+            raise CaseError(f"{len(shards)} of {broker.smp} shards logged their pid in {timeout}s")
+        time.sleep(0.05)
+    return {
+        int(label.removeprefix("shard")): min(os.sched_getaffinity(pid))
+        for pid, label in shards.items()
+    }
 
 
 def _client_cores(shard_cores: list[dict[int, int]], machine: list[int]) -> dict[str, int | None]:
@@ -234,8 +310,10 @@ def _client_cores(shard_cores: list[dict[int, int]], machine: list[int]) -> dict
     }
 
 
-def _placements_for(brokers: list[Broker]) -> dict[str, int | None]:
-    return _client_cores([_shard_cores(b) for b in brokers], sorted(os.sched_getaffinity(0)))
+def _placements_for(brokers: list[Broker]) -> tuple[dict[str, int | None], list[dict[int, int]]]:
+    """The client's core per placement, and each broker's shard cores."""
+    shard_cores = [_shard_cores(b) for b in brokers]
+    return _client_cores(shard_cores, sorted(os.sched_getaffinity(0))), shard_cores
 
 
 @contextlib.contextmanager
@@ -275,19 +353,32 @@ def _summarise(a: Side, b: Side, res: dict[str, Any], prefix: str) -> None:
     for placement in CLIENT_PLACEMENTS:
         key = _rounds_key(placement)
         cpu, rate = _round_ratios(a, b, key)
-        placements[placement] = {
+        figures: dict[str, Any] = {
             "client_core": res.get("client_cores", {}).get(placement),
             "rounds": len(cpu),
-            f"{a.name}_cpu_per_gb_median": _median(
-                [r.get("broker_cpu_s_per_gb") for r in a.res.get(key, [])]
-            ),
-            f"{b.name}_cpu_per_gb_median": _median(
-                [r.get("broker_cpu_s_per_gb") for r in b.res.get(key, [])]
-            ),
-            f"{prefix}_cpu_per_gb_median": _median(cpu),
-            f"{prefix}_msgs_per_s_median": _median(rate),
         }
+        for side in (a, b):
+            figures[f"{side.name}_cpu_per_gb_median"] = _side_median(
+                side, key, "broker_cpu_s_per_gb"
+            )
+        figures[f"{prefix}_cpu_per_gb_median"] = _median(cpu)
+        figures[f"{prefix}_msgs_per_s_median"] = _median(rate)
+        if figures["client_core"] is not None:
+            for side in (a, b):
+                for what in ("client_core_busy", "shards_on_client_core_busy"):
+                    figures[f"{side.name}_{what}_median"] = _side_median(side, key, what)
+            pairs = zip(a.res.get(key, []), b.res.get(key, []), strict=False)
+            figures[f"{prefix}_msgs_per_s_client_bound_prediction_median"] = _median(
+                [_client_bound_prediction(x, y) for x, y in pairs]
+            )
+        placements[placement] = figures
     res["client_placements"] = placements
+    prediction = f"{prefix}_msgs_per_s_client_bound_prediction_median"
+    res[prediction] = placements[CLIENT_PLACEMENTS[0]].get(prediction)
+
+
+def _side_median(side: Side, key: str, what: str) -> float | None:
+    return _median([r.get(what) for r in side.res.get(key, [])])
 
 
 def _round_ratios(a: Side, b: Side, key: str) -> tuple[list[Any], list[Any]]:
@@ -337,11 +428,15 @@ def _forward_figures(
     each); `share` of B's requests are forwarded. Extra = (B's - A's CPU per byte) x request bytes
     / share; left by the target = (target - 1) x A's CPU per byte x request bytes / share.
     A floor over what the target leaves means that no forwarding path with a round trip per
-    request can meet the target here, however little it does.
+    request can meet the target here at A's request size, however little it does. B can
+    still come in under the target when its client batched more (fewer requests per GB):
+    `<prefix>_request_size_ratio_median` is B's messages per request over A's.
     """
     extra: list[float] = []
     left: list[float] = []
+    sizes: list[float | None] = []
     for x, y in zip(a.res["rounds"], b.res["rounds"], strict=True):
+        sizes.append(_ratio(y.get("msgs_per_request"), x.get("msgs_per_request")))
         gb_a, gb_b = x.get("broker_cpu_s_per_gb"), y.get("broker_cpu_s_per_gb")
         per_request = y.get("msgs_per_request")
         if gb_a is None or gb_b is None or not per_request:
@@ -352,6 +447,7 @@ def _forward_figures(
         left.append((target - 1) * gb_a * 1e-3 * request_bytes / share)
     left_us = _median(left)
     res[f"{prefix}_forwarded_share"] = share
+    res[f"{prefix}_request_size_ratio_median"] = _median(sizes)
     res[f"{prefix}_extra_cpu_us_per_forwarded_request_median"] = _median(extra)
     res[f"{prefix}_target_leaves_cpu_us_per_forwarded_request_median"] = left_us
     floor = res.get("pipe_round_trip_floor", {}).get("cpu_us_per_round_trip")
@@ -402,6 +498,40 @@ def _after_rounds(
             f"{side.res['fixed_rate_20k']['latency_ms']['p99']} ms")  # fmt: skip
 
 
+def _batched_rounds(
+    a: Side, b: Side, rounds: int, n: int, value: bytes, args: argparse.Namespace, label: str
+) -> None:
+    """Up to `BATCHED_ROUNDS` ABBA rounds with the cheapest client, in the targets' placement."""
+    count = min(rounds, BATCHED_ROUNDS)
+    _rounds(a, b, count, n, value, args, f"{label} batched", "rounds_batched", batched=True)
+
+
+def _client_figures(a: Side, b: Side, res: dict[str, Any]) -> None:
+    """What the client costs beside one shard, with the bench's client and the cheapest.
+
+    `client_cores_to_fill_one_shard` is the client's CPU over the broker's with one shard:
+    the cores a client needs to keep that shard's core busy. Over the cores the machine
+    leaves it (all but the shard's), one shard is never what bounds produce throughput here,
+    and a second shard can only take CPU from the client.
+    """
+    fill: dict[str, Any] = {}
+    for key, client in (("rounds", "produce"), ("rounds_batched", "produce_batch")):
+        fill[client] = _median([
+            _ratio(r.get("client_cpu_s"), r.get("broker_cpu_s")) for r in a.res.get(key, [])
+        ])  # fmt: skip
+    res["client_cores_to_fill_one_shard"] = fill
+    res["client_cores_left_beside_one_shard"] = len(os.sched_getaffinity(0)) - 1
+    cpu, rate = _round_ratios(a, b, "rounds_batched")
+    res["batched_smp_2_over_1_cpu_per_gb_median"] = _median(cpu)
+    res["batched_smp_2_over_1_msgs_per_s_median"] = _median(rate)
+    for side in (a, b):
+        rs = side.res.get("rounds_batched", [])
+        side.res["produce_batched_median"] = {
+            what: _median([r.get(what) for r in rs])
+            for what in ("msgs_per_s", "broker_cpu_s_per_gb", "client_core_busy")
+        }
+
+
 def _sizes(args: argparse.Namespace) -> tuple[int, int, int, float]:
     """(messages per round, rounds, warm-up messages, fixed-rate seconds), multiples of 6."""
     n = args.messages or (12_000 if args.quick else 150_000)
@@ -442,10 +572,12 @@ def run_shards_1_vs_2(args: argparse.Namespace, ceilings: dict[str, Any]) -> dic
             RssSampler(brokers[1].pid) as rss1,
             RssSampler(brokers[2].pid) as rss2,
         ):
-            res["client_cores"] = cores = _placements_for(list(brokers.values()))
-            for smp, broker in brokers.items():
+            cores, shard_cores = _placements_for(list(brokers.values()))
+            res["client_cores"] = cores
+            for (smp, broker), on_cores in zip(brokers.items(), shard_cores, strict=True):
                 side = Side(f"smp={smp}", broker, lambda r: f"{topic}-{r}", PARTITIONS)
                 side.client_core = cores[CLIENT_PLACEMENTS[0]]
+                side.shard_cores = on_cores
                 side.res["smp"] = smp
                 side.res["broker_pid"] = broker.pid
                 side.res["topic_create_s"] = round(side.create_topic(), 3)
@@ -455,6 +587,7 @@ def run_shards_1_vs_2(args: argparse.Namespace, ceilings: dict[str, Any]) -> dic
             try:
                 _placed_rounds(sides[0], sides[1], cores, rounds, n, value, args, case)
                 _after_rounds(sides, value, fixed_s, args, case)
+                _batched_rounds(sides[0], sides[1], rounds, n, value, args, case)
             finally:
                 for side, rss in zip(sides, (rss1, rss2), strict=False):
                     _broker_live_figures(side.res, side.broker, rss)
@@ -473,6 +606,7 @@ def run_shards_1_vs_2(args: argparse.Namespace, ceilings: dict[str, Any]) -> dic
         res["cpu_per_gb_2_over_1"] = res["smp_2_over_1_cpu_per_gb_median"]
         res["produce_2_over_1"] = res["smp_2_over_1_msgs_per_s_median"]
         _once_ratios(sides[0], sides[1], res, lambda what: f"{what}_2_over_1")
+        _client_figures(sides[0], sides[1], res)
     for side in sides:
         figures = {"produce": side.res.get("produce_median")}
         figures.update({k: side.res.get(k) for k in ("consume", "fixed_rate_20k")})
@@ -519,12 +653,14 @@ def run_cross_core_vs_local(args: argparse.Namespace) -> dict[str, Any]:
     try:
         with broker, RssSampler(broker.pid) as rss:
             res["broker_pid"] = broker.pid
-            res["client_cores"] = cores = _placements_for([broker])
+            cores, (on_cores,) = _placements_for([broker])
+            res["client_cores"] = cores
             for name, owner in (("local", 0), ("cross", 1)):
                 side = Side(
                     name, broker, lambda r, n=name, o=owner: _topic_on_shard(f"bench-{n}-{r}", o), 1
                 )
                 side.client_core = cores[CLIENT_PLACEMENTS[0]]
+                side.shard_cores = on_cores
                 side.res["owner_shard"] = owner
                 side.res["topic_create_s"] = round(side.create_topic(), 3)
                 side.produce(warmup, value, args)  # untimed: both paths warm
