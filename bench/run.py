@@ -456,16 +456,34 @@ def produce_max(
     stats.wait_fresh(p)
     if dr.errors:
         raise CaseError(f"{dr.errors} delivery errors; first: {dr.first_error}")
-    elapsed = dr.last_t - t_start
+    out = _max_rate_figures(
+        n, len(value), dr.last_t - t_start, t_sent - t_start, stats,
+        cpu_b1 - cpu_b0, cpu_c1 - cpu_c0, errors,
+    )  # fmt: skip
+    out["latency_ms"] = ceil.latency_summary_ms(dr.latencies)
+    return out
+
+
+def _max_rate_figures(
+    n: int,
+    value_bytes: int,
+    elapsed: float,
+    send_loop: float,
+    stats: StatsCollector,
+    broker_cpu: float,
+    client_cpu_s: float,
+    errors: ErrorLog,
+) -> dict[str, Any]:
+    """The figures of a produce phase at the client's full speed (`produce_max`,
+    `produce_max_batched`): `n` messages of `value_bytes`, the last acknowledged `elapsed`
+    seconds after the first was sent, the last sent after `send_loop` seconds."""
     reqs, txb = stats.produce_requests(), stats.tx_bytes()
-    broker_cpu = cpu_b1 - cpu_b0
     return {
         "messages": n,
         "elapsed_s": round(elapsed, 3),
-        "send_loop_s": round(t_sent - t_start, 3),
+        "send_loop_s": round(send_loop, 3),
         "msgs_per_s": round(n / elapsed, 1),
-        "mb_per_s": round(n * len(value) / elapsed / MB, 2),
-        "latency_ms": ceil.latency_summary_ms(dr.latencies),
+        "mb_per_s": round(n * value_bytes / elapsed / MB, 2),
         "produce_requests": reqs,
         "requests_per_s": round(reqs / elapsed, 1) if reqs else None,
         "msgs_per_request": round(n / reqs, 1) if reqs else None,
@@ -473,7 +491,7 @@ def produce_max(
         "broker_cpu_s": round(broker_cpu, 3),
         "broker_cpu_us_per_produce_request": round(broker_cpu / reqs * 1e6, 1) if reqs else None,
         "broker_cpu_us_per_message": round(broker_cpu / n * 1e6, 2),
-        "client_cpu_s": round(cpu_c1 - cpu_c0, 3),
+        "client_cpu_s": round(client_cpu_s, 3),
         "client_errors": errors.errors,
     }
 
@@ -557,22 +575,12 @@ def produce_max_batched(
         raise CaseError(f"batched produce: {left} messages undelivered at the deadline")
     if failed:
         raise CaseError(f"{len(failed)} delivery errors (batched); first: {failed[0]}")
-    elapsed = t_done - t_start
-    reqs = stats.produce_requests()
-    broker_cpu, client_cpu_s = cpu_b1 - cpu_b0, cpu_c1 - cpu_c0
-    return {
-        "messages": n,
-        "messages_per_call": PRODUCE_BATCH_MESSAGES,
-        "elapsed_s": round(elapsed, 3),
-        "send_loop_s": round(t_sent - t_start, 3),
-        "msgs_per_s": round(n / elapsed, 1),
-        "mb_per_s": round(n * len(value) / elapsed / MB, 2),
-        "produce_requests": reqs,
-        "msgs_per_request": round(n / reqs, 1) if reqs else None,
-        "broker_cpu_s": round(broker_cpu, 3),
-        "client_cpu_s": round(client_cpu_s, 3),
-        "client_errors": errors.errors,
-    }
+    out = _max_rate_figures(
+        n, len(value), t_done - t_start, t_sent - t_start, stats,
+        cpu_b1 - cpu_b0, cpu_c1 - cpu_c0, errors,
+    )  # fmt: skip
+    out["messages_per_call"] = PRODUCE_BATCH_MESSAGES
+    return out
 
 
 def produce_fixed_rate(

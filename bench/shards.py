@@ -151,19 +151,12 @@ class Side:
             out["broker_cpu_s_per_gb"] = round(cpu / (out["messages"] * VALUE_BYTES / 1e9), 3)
         return out
 
-    def produce(self, n: int, value: bytes, args: argparse.Namespace) -> dict[str, Any]:
-        out = self.phase(lambda: produce_max(
-            self.broker.bootstrap, self.topic, n, value, self.partitions,
-            timeout=args.phase_timeout, stall_timeout=args.stall_timeout,
-            check=self.check, broker_pid=self.broker.pid,
-        ))  # fmt: skip
-        self.produced += n
-        _client_core_figures(out, self.client_core, self.shard_cores)
-        return out
-
-    def produce_batched(self, n: int, value: bytes, args: argparse.Namespace) -> dict[str, Any]:
-        """The produce phase with the cheapest client (`produce_max_batched`)."""
-        out = self.phase(lambda: produce_max_batched(
+    def produce(
+        self, n: int, value: bytes, args: argparse.Namespace, batched: bool = False
+    ) -> dict[str, Any]:
+        """A produce phase with the bench's client, or with the cheapest (`batched`)."""
+        produce = produce_max_batched if batched else produce_max
+        out = self.phase(lambda: produce(
             self.broker.bootstrap, self.topic, n, value, self.partitions,
             timeout=args.phase_timeout, stall_timeout=args.stall_timeout,
             check=self.check, broker_pid=self.broker.pid,
@@ -225,13 +218,12 @@ def _rounds(
     key: str = "rounds",
     batched: bool = False,
 ) -> None:
-    """ABBA rounds of the produce phase (`Side.produce`, or `Side.produce_batched`),
-    appended to each side's ``res[key]``."""
+    """ABBA rounds of the produce phase (the cheapest client's if `batched`), appended to
+    each side's ``res[key]``."""
     for r in range(rounds):
         for side in (a, b) if r % 2 == 0 else (b, a):
             side.next_topic()  # the first topic took the warm-up
-            produce = side.produce_batched if batched else side.produce
-            out = produce(n, value, args)
+            out = side.produce(n, value, args, batched)
             side.res.setdefault(key, []).append(out)
             log(
                 f"{label} {key} {r + 1}/{rounds} {side.name}: {out['msgs_per_s']} msg/s, "
@@ -498,14 +490,6 @@ def _after_rounds(
             f"{side.res['fixed_rate_20k']['latency_ms']['p99']} ms")  # fmt: skip
 
 
-def _batched_rounds(
-    a: Side, b: Side, rounds: int, n: int, value: bytes, args: argparse.Namespace, label: str
-) -> None:
-    """Up to `BATCHED_ROUNDS` ABBA rounds with the cheapest client, in the targets' placement."""
-    count = min(rounds, BATCHED_ROUNDS)
-    _rounds(a, b, count, n, value, args, f"{label} batched", "rounds_batched", batched=True)
-
-
 def _client_figures(a: Side, b: Side, res: dict[str, Any]) -> None:
     """What the client costs beside one shard, with the bench's client and the cheapest.
 
@@ -525,9 +509,8 @@ def _client_figures(a: Side, b: Side, res: dict[str, Any]) -> None:
     res["batched_smp_2_over_1_cpu_per_gb_median"] = _median(cpu)
     res["batched_smp_2_over_1_msgs_per_s_median"] = _median(rate)
     for side in (a, b):
-        rs = side.res.get("rounds_batched", [])
         side.res["produce_batched_median"] = {
-            what: _median([r.get(what) for r in rs])
+            what: _side_median(side, "rounds_batched", what)
             for what in ("msgs_per_s", "broker_cpu_s_per_gb", "client_core_busy")
         }
 
@@ -587,7 +570,11 @@ def run_shards_1_vs_2(args: argparse.Namespace, ceilings: dict[str, Any]) -> dic
             try:
                 _placed_rounds(sides[0], sides[1], cores, rounds, n, value, args, case)
                 _after_rounds(sides, value, fixed_s, args, case)
-                _batched_rounds(sides[0], sides[1], rounds, n, value, args, case)
+                # The cheapest client, in the targets' placement (`_client_figures`).
+                _rounds(
+                    sides[0], sides[1], min(rounds, BATCHED_ROUNDS), n, value, args,
+                    f"{case} batched", "rounds_batched", batched=True,
+                )  # fmt: skip
             finally:
                 for side, rss in zip(sides, (rss1, rss2), strict=False):
                     _broker_live_figures(side.res, side.broker, rss)
