@@ -25,7 +25,7 @@ def _high_watermarks(broker: BrokerProcess, topic: str, partitions: int) -> list
         consumer.close()
 
 
-# 700: less than one call's messages, so part of every call is refused and sent again.
+# 700: fewer than one call's messages, so a call is always refused in part and the rest sent again.
 @pytest.mark.parametrize("queue_messages", [100_000, 700], ids=["roomy", "full-queue"])
 def test_every_message_sent_in_batches_is_in_the_log(
     shared_broker: BrokerProcess, queue_messages: int
