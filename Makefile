@@ -6,9 +6,14 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: setup run test test-fast bench bench-quick lint generate clean
+.PHONY: setup system-deps run test test-fast bench bench-quick lint generate clean
 
 setup: $(STAMP)
+
+# What the tests run beside a node that is not a Python package: LinkedIn's Burrow and the
+# ZooKeeper it needs (Debian packages; installed only when missing).
+system-deps:
+	sh tests/support/install_burrow.sh
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -19,7 +24,7 @@ $(STAMP): pyproject.toml
 run: setup
 	$(VENV)/bin/krill start
 
-test: setup
+test: setup system-deps
 	$(PY) -m pytest -q
 
 test-fast: setup
