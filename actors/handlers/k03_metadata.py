@@ -2,17 +2,36 @@
 
 v0: an empty topic list means all topics; v1+: null means all, empty means none (gotcha 6).
 v1 rack, controller id, internal flag; v2 cluster id; v3 throttle; v4 AllowAutoTopicCreation
-(v0-3 imply true); v5 offline replicas; v7 leader epoch; v8-10 cluster authorized operations;
-v9 flexible; v10 topic ids (a topic may be asked for by id, name null from v12).
+(v0-3 imply true); v5 offline replicas; v7 leader epoch; v8 topic authorized operations, and
+cluster authorized operations in v8-10 only (v11 moved them to DescribeCluster, KIP-700); v9
+flexible; v10 topic ids (a topic may be asked for by id, name null from v12).
+Authorized operations, when asked for, are every operation (no authorizer, see
+`authorized_operations`), for every topic asked for by name, as Kafka answers them.
+
 Unknown topics are created when the request allows it and `auto_create_topics` is on, and the
-answer waits for the creation, so the client sees the topic at once.
+answer waits for the creation, so the client sees the topic at once. An internal topic is never
+created as a plain topic: Kafka's AutoTopicCreationManager creates `__consumer_offsets` with the
+group coordinator's layout (offsets partitions, compacted), so here its owner, the group
+coordinator, is asked to make it; `__transaction_state` has no owner (no transactions) and
+stays unknown.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
-from actors.controller import CreateTopics, TopicResult, TopicSpec, check_topic_name
+from actors.controller import INTERNAL_TOPICS, CreateTopics, TopicSpec, check_topic_name
+from actors.group import OFFSETS_TOPIC
+from actors.group.messages import EnsureReady
+from actors.handlers.authorized_operations import (
+    CLUSTER_OPERATIONS,
+    OPERATIONS_NOT_REQUESTED,
+    TOPIC_OPERATIONS,
+    authorized_operations,
+)
+from actors.handlers.group_common import tell_coordinator
+from actors.handlers.join import Join
 from actors.services import TopicInfo, TopicTable
 from wire.errors import ErrorCode
 from wire.messages.metadata import MetadataRequest, MetadataResponse
@@ -26,31 +45,68 @@ MIN_VERSION = 0
 MAX_VERSION = 12
 REQUEST = MetadataRequest
 
-_NO_OPERATIONS = -(2**31)  # INT32_MIN: authorized operations not requested
 _ZERO_ID = bytes(16)
+# Any coordinator creates the whole offsets topic; this group's (partition 0's) is asked.
+_ANY_GROUP = ""
+
+
+class _Operations(NamedTuple):
+    """The authorized-operations fields of this answer."""
+
+    topic: int
+    cluster: int
 
 
 def handle(ctx: Any, request: MetadataRequest) -> None:
     table = ctx.services.topics()
+    operations = _Operations(
+        authorized_operations(
+            ctx.version >= 8 and request.include_topic_authorized_operations, TOPIC_OPERATIONS
+        ),
+        authorized_operations(
+            8 <= ctx.version <= 10 and request.include_cluster_authorized_operations,
+            CLUSTER_OPERATIONS,
+        ),
+    )
     wanted = _wanted(ctx.version, request, table)
     if wanted is None:
-        ctx.respond(_response(ctx, table, [(name, None) for name in sorted(table.topics)]))
+        everything: list[tuple[str | None, bytes | None]] = [
+            (name, None) for name in sorted(table.topics)
+        ]
+        ctx.respond(_response(ctx, table, everything, operations))
         return
     allow = request.allow_auto_topic_creation if ctx.version >= 4 else True
-    missing = [
-        name
-        for name, topic_id in wanted
-        if name is not None and name not in table.topics and check_topic_name(name) is None
-    ]
+    missing = list(
+        dict.fromkeys(
+            name
+            for name, topic_id in wanted
+            if name is not None and name not in table.topics and check_topic_name(name) is None
+        )
+    )
     if not (missing and allow and ctx.services.settings.auto_create_topics):
-        ctx.respond(_response(ctx, table, wanted))
+        ctx.respond(_response(ctx, table, wanted, operations))
         return
-    specs = [TopicSpec(name, -1, -1, [], {}) for name in dict.fromkeys(missing)]
+    _create(
+        ctx,
+        missing,
+        lambda: ctx.respond(_response(ctx, ctx.services.topics(), wanted, operations)),
+    )
 
-    def created(results: list[TopicResult]) -> None:
-        ctx.respond(_response(ctx, ctx.services.topics(), wanted))
 
-    ctx.services.controller().tell(CreateTopics(specs, False, created))
+def _create(ctx: Any, names: list[str], done: Callable[[], None]) -> None:
+    """Create the missing topics `names`, then `done()`: plain topics through the Controller,
+    `__consumer_offsets` through its owner, the group coordinator; other internal topics not
+    at all. Failures need no handling: the answer then shows the topic as still unknown."""
+    join = Join(2, lambda _: done())
+    plain = [TopicSpec(name, -1, -1, [], {}) for name in names if name not in INTERNAL_TOPICS]
+    if plain:
+        ctx.services.controller().tell(CreateTopics(plain, False, join.slot(0)))
+    else:
+        join.fill(0, [])
+    if OFFSETS_TOPIC not in names:
+        join.fill(1, ErrorCode.NONE)
+    elif not tell_coordinator(ctx, _ANY_GROUP, EnsureReady(join.slot(1))):
+        join.fill(1, ErrorCode.COORDINATOR_NOT_AVAILABLE)
 
 
 def _wanted(
@@ -71,7 +127,10 @@ def _wanted(
 
 
 def _response(
-    ctx: Any, table: TopicTable, wanted: list[tuple[str | None, bytes | None]]
+    ctx: Any,
+    table: TopicTable,
+    wanted: list[tuple[str | None, bytes | None]],
+    operations: _Operations,
 ) -> MetadataResponse:
     settings = ctx.services.settings
     node = settings.node_id
@@ -79,14 +138,14 @@ def _response(
     for name, topic_id in wanted:
         info = table.topics.get(name) if name is not None else None
         if info is not None:
-            topics.append(_topic(info, node))
+            topics.append(_topic(info, node, operations.topic))
         elif name is None:
             topics.append(
                 MetadataResponseTopic(
                     error_code=ErrorCode.UNKNOWN_TOPIC_ID,
                     name=None,
                     topic_id=topic_id or _ZERO_ID,
-                    topic_authorized_operations=_NO_OPERATIONS,
+                    topic_authorized_operations=OPERATIONS_NOT_REQUESTED,
                 )
             )
         else:
@@ -98,7 +157,10 @@ def _response(
             )
             topics.append(
                 MetadataResponseTopic(
-                    error_code=error, name=name, topic_authorized_operations=_NO_OPERATIONS
+                    error_code=error,
+                    name=name,
+                    is_internal=name in INTERNAL_TOPICS,
+                    topic_authorized_operations=operations.topic,
                 )
             )
     return MetadataResponse(
@@ -114,11 +176,11 @@ def _response(
         cluster_id=settings.cluster_id,
         controller_id=node,
         topics=topics,
-        cluster_authorized_operations=_NO_OPERATIONS,
+        cluster_authorized_operations=operations.cluster,
     )
 
 
-def _topic(info: TopicInfo, node: int) -> MetadataResponseTopic:
+def _topic(info: TopicInfo, node: int, operations: int) -> MetadataResponseTopic:
     return MetadataResponseTopic(
         error_code=ErrorCode.NONE,
         name=info.name,
@@ -136,5 +198,5 @@ def _topic(info: TopicInfo, node: int) -> MetadataResponseTopic:
             )
             for index in range(info.partitions)
         ],
-        topic_authorized_operations=_NO_OPERATIONS,
+        topic_authorized_operations=operations,
     )

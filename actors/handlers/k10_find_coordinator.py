@@ -2,11 +2,20 @@
 
 v1 adds KeyType (0 group, 1 transaction), throttle time and an error message; v2 same as v1;
 v3 flexible; v4 batches keys (CoordinatorKeys in, Coordinators out; kafka-python 3 uses it as
-it takes the broker's max). Transactions are not implemented: transaction keys answer
-COORDINATOR_NOT_AVAILABLE. A group key is answered once its coordinator has
+it takes the broker's max). A group key is answered once its coordinator has
 `__consumer_offsets` created and loaded, so the client's next request finds it ready. The
 coordinator lives on this node (one node so far), on the shard that owns the group's
 offsets partition.
+
+Transactions are not implemented, so a transaction key is refused at once with
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED, which is what Kafka answers a principal that may not
+DESCRIBE the transactional id. It is the one answer every client treats as final here:
+librdkafka raises a fatal error (rdkafka_txnmgr.c, rd_kafka_txn_handle_FindCoordinator), the
+Java client (TransactionManager.FindCoordinatorHandler) and kafka-python 3 fail
+`init_transactions`, aiokafka fails `start()`. A retriable error (COORDINATOR_NOT_AVAILABLE)
+kept them retrying until their own timeout, aiokafka for ever; Redpanda's answer with
+transactions off, UNSUPPORTED_VERSION, is retried by librdkafka too. InitProducerId refuses a
+transactional id with the same error. Any other key type is an INVALID_REQUEST, as in Kafka.
 """
 
 from __future__ import annotations
@@ -27,6 +36,8 @@ MAX_VERSION = 4
 REQUEST = FindCoordinatorRequest
 
 _GROUP_KEY = 0
+_TRANSACTION_KEY = 1
+_NO_TRANSACTIONS = "transactions are not supported by this broker"
 
 
 def handle(ctx: Any, request: FindCoordinatorRequest) -> None:
@@ -43,7 +54,7 @@ def handle(ctx: Any, request: FindCoordinatorRequest) -> None:
                 host=settings.advertised_host if error == ErrorCode.NONE else "",
                 port=settings.advertised_port if error == ErrorCode.NONE else -1,
                 error_code=error,
-                error_message=None if error == ErrorCode.NONE else error.name,
+                error_message=_message(error),
             )
             for key, error in zip(keys, errors, strict=True)
         ]
@@ -64,7 +75,17 @@ def handle(ctx: Any, request: FindCoordinatorRequest) -> None:
 
     join = Join(len(keys), done)
     for index, key in enumerate(keys):
-        if key_type != _GROUP_KEY:
-            join.fill(index, ErrorCode.COORDINATOR_NOT_AVAILABLE)
+        if key_type == _TRANSACTION_KEY:
+            join.fill(index, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+        elif key_type != _GROUP_KEY:
+            join.fill(index, ErrorCode.INVALID_REQUEST)
         elif not tell_coordinator(ctx, key, EnsureReady(join.slot(index))):
             join.fill(index, ErrorCode.COORDINATOR_NOT_AVAILABLE)
+
+
+def _message(error: ErrorCode) -> str | None:
+    if error == ErrorCode.NONE:
+        return None
+    if error == ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
+        return _NO_TRANSACTIONS
+    return error.name

@@ -1,9 +1,9 @@
 """DescribeGroups (key 15), versions 0-5.
 
-v1 throttle time; v2 same; v3 IncludeAuthorizedOperations (no ACLs here: every operation is
-allowed, reported as Kafka's "not requested" sentinel when not asked); v4 GroupInstanceId per
-member; v5 flexible. A group that does not exist is described as Dead with no error, as
-Kafka does. Member metadata and assignments are given only in Stable.
+v1 throttle time; v2 same; v3 IncludeAuthorizedOperations (no ACLs here: every group
+operation is allowed, see `authorized_operations`); v4 GroupInstanceId per member; v5
+flexible. A group that does not exist is described as Dead with no error, as Kafka does.
+Member metadata and assignments are given only in Stable.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from actors.group.messages import DescribeGroups, GroupDescription
+from actors.handlers.authorized_operations import GROUP_OPERATIONS, authorized_operations
 from actors.handlers.group_common import tell_coordinator
 from actors.handlers.join import Join
 from wire.errors import ErrorCode
@@ -24,16 +25,12 @@ MIN_VERSION = 0
 MAX_VERSION = 5
 REQUEST = DescribeGroupsRequest
 
-_OPERATIONS_NOT_REQUESTED = -(2**31)
-# Kafka's AclOperation bits for a group: READ (3), DESCRIBE (8), DELETE (6).
-_GROUP_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
-
 
 def handle(ctx: Any, request: DescribeGroupsRequest) -> None:
     group_ids = list(request.groups)
-    operations = _OPERATIONS_NOT_REQUESTED
-    if ctx.version >= 3 and request.include_authorized_operations:
-        operations = _GROUP_OPERATIONS
+    operations = authorized_operations(
+        ctx.version >= 3 and request.include_authorized_operations, GROUP_OPERATIONS
+    )
 
     def done(results: list[tuple[ErrorCode, GroupDescription | None]]) -> None:
         groups = []

@@ -5,13 +5,20 @@ may be -1 for the broker default; v5 flexible, the result carries partitions, re
 factor and configs; v6 same as v5; v7 returns the topic id.
 The controller validates (name, partitions, replication factor, assignments, configs), writes
 the topic table atomically, and only then answers.
+
+A client may not create a missing internal topic (`__consumer_offsets`, `__transaction_state`):
+it gets INVALID_REQUEST, "Creation of internal topic ... is prohibited", Kafka's answer for the
+internal topic it guards itself (`__cluster_metadata`, ControllerApis.createTopics). Kafka 3.x
+lets a client create `__consumer_offsets` with any layout, which its coordinator then uses as it
+is; here only the owner creates it (the group coordinator, with `offsets_topic_partitions`
+partitions, compacted). One that exists answers TOPIC_ALREADY_EXISTS as any topic does.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from actors.controller import CreateTopics, TopicResult, TopicSpec
+from actors.controller import INTERNAL_TOPICS, CreateTopics, TopicResult, TopicSpec
 from actors.handlers.configs import config_entries
 from wire.errors import ErrorCode
 from wire.messages.create_topics import CreateTopicsRequest, CreateTopicsResponse
@@ -39,17 +46,37 @@ def handle(ctx: Any, request: CreateTopicsRequest) -> None:
         for t in request.topics
     ]
 
+    existing = ctx.services.topics().topics
+    refused = [spec.name in INTERNAL_TOPICS and spec.name not in existing for spec in specs]
+
     def created(results: list[TopicResult]) -> None:
         settings = ctx.services.settings
+        answers = iter(results)
+        ordered = [
+            _prohibited(spec.name) if refuse else next(answers)
+            for spec, refuse in zip(specs, refused, strict=True)
+        ]
         ctx.respond(
             CreateTopicsResponse(
                 throttle_time_ms=0,
-                topics=[_result(r, settings) for r in results],
+                topics=[_result(r, settings) for r in ordered],
             )
         )
 
     validate_only = request.validate_only if ctx.version >= 1 else False
-    ctx.services.controller().tell(CreateTopics(specs, validate_only, created))
+    allowed = [spec for spec, refuse in zip(specs, refused, strict=True) if not refuse]
+    if not allowed:
+        created([])
+        return
+    ctx.services.controller().tell(CreateTopics(allowed, validate_only, created))
+
+
+def _prohibited(name: str) -> TopicResult:
+    return TopicResult(
+        name,
+        ErrorCode.INVALID_REQUEST,
+        f"Creation of internal topic {name} is prohibited: the broker creates it for its own use.",
+    )
 
 
 def _result(result: TopicResult, settings: Any) -> CreatableTopicResult:
