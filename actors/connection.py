@@ -23,6 +23,7 @@ import logging
 import os
 import socket
 import struct
+import time
 from typing import Any
 
 from actors import limits
@@ -48,17 +49,24 @@ _IOV_MAX = 512
 class _Slot:
     """One request awaiting its response, in the connection's request order."""
 
-    __slots__ = ("correlation_id", "api_key", "version", "charged_bytes", "response", "done")
+    __slots__ = (
+        "correlation_id", "api_key", "version", "charged_bytes", "response", "done", "abort",
+        "started",
+    )
 
     def __init__(
         self, correlation_id: int, api_key: int, version: int, charged_bytes: int = 0
     ) -> None:
+        self.started = time.monotonic()  # request latency: from dispatch to answer
         self.correlation_id = correlation_id
         self.api_key = api_key
         self.version = version
         self.charged_bytes = charged_bytes  # request bytes held against the shard's budget
         self.response: Any = None
         self.done = False
+        # Releases what the request holds (a long poll's watches) if the connection closes
+        # before it is answered.
+        self.abort: Any = None
 
 
 class RequestContext:
@@ -88,6 +96,11 @@ class RequestContext:
         # once done with them (produce: at each partition's phase one).
         self.frame_buffer = frame_buffer
         self._slot = slot
+
+    def on_abort(self, abort: Any) -> None:
+        """Call `abort()` if the connection closes before this request is answered."""
+        if self._slot is not None:
+            self._slot.abort = abort
 
     def respond(self, response: Any) -> None:
         """Complete this request; written as soon as every earlier response is out."""
@@ -121,6 +134,10 @@ class Connection(LoopActor):
     # Lifecycle ----------------------------------------------------------------------------
 
     def on_start(self) -> None:
+        metrics = self._services.metrics
+        if metrics is not None:
+            metrics.connections += 1
+            metrics.connections_accepted += 1
         self._sock.setblocking(False)
         try:
             self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -141,6 +158,9 @@ class Connection(LoopActor):
         if self._closed:
             return
         self._closed = True
+        if self._services.metrics is not None:
+            self._services.metrics.connections -= 1
+        self._services.connection_closed()
         loop = current_loop()
         if self._reading:
             loop.remove_reader(self._fd)
@@ -148,9 +168,11 @@ class Connection(LoopActor):
             loop.remove_writer(self._fd)
         self._reading = self._writing = False
         memory = self._services.memory
-        for slot in self._pending:
+        pending, self._pending = self._pending, collections.deque()
+        for slot in pending:
             memory.release(slot.charged_bytes)
-        self._pending.clear()
+            if slot.abort is not None and not slot.done:
+                slot.abort()
         self._out.clear()
         self._frames.close()
         self._sock.close()
@@ -288,6 +310,9 @@ class Connection(LoopActor):
         assert not slot.done, "a request answered twice"
         slot.response = response
         slot.done = True
+        metrics = self._services.metrics
+        if metrics is not None:
+            metrics.request(slot.api_key, time.monotonic() - slot.started)
         pending = self._pending
         if pending[0] is not slot:
             return

@@ -6,12 +6,25 @@ Partition actors to match. Requests are answered after the publish, so a client 
 a topic can use it at once. (With replication this becomes the controller Raft group of
 DESIGN.md §7; the messages stay the same.)
 
+The write (temp file, fsync, rename, fsync of the directory) runs on the I/O pool, never on
+the loop: while it is out, later requests wait in order (at most
+`controller_requests_waiting_max`, then they are refused with a retriable error), so each sees
+the table the one before it left. A write that fails changes nothing and answers
+KAFKA_STORAGE_ERROR. The node's partitions are bounded (`partitions_max`, from the node's
+`topic_partitions_per_shard`): a client creating topics without end is refused.
+
 Producer ids come from blocks persisted before use, so an id is never handed out twice, even
 across a crash.
+
+Internal topics are exactly Kafka's (`INTERNAL_TOPICS`, Kafka's Topic.isInternal); a user topic
+whose name merely starts with "__" is an ordinary topic. The Controller creates whatever it is
+asked to: keeping clients from creating an internal topic is the job of the handlers, so that
+only its owner (the group coordinator for `__consumer_offsets`) makes it, with its own layout.
 """
 
 from __future__ import annotations
 
+import collections
 import logging
 import re
 import uuid
@@ -19,7 +32,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from pykka import ActorDeadError
+
 from actors import limits
+from actors.group import OFFSETS_TOPIC
 from actors.runtime import LoopActor
 from actors.services import BrokerSettings, TopicInfo, TopicTable
 from actors.topic_config import ConfigError, validate
@@ -34,6 +50,8 @@ __all__ = [
     "DeleteTopics",
     "CreatePartitions",
     "AllocateProducerId",
+    "INTERNAL_TOPICS",
+    "TRANSACTION_STATE_TOPIC",
     "metadata_dir",
     "load_topic_table",
     "load_cluster_id",
@@ -42,6 +60,10 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 _LEGAL_TOPIC_NAME = re.compile(r"^[a-zA-Z0-9._-]+$")
+
+TRANSACTION_STATE_TOPIC = "__transaction_state"
+# Kafka 3.x's internal topics (Topic.INTERNAL_TOPICS); 4.0 adds `__share_group_state`.
+INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC})
 
 
 def metadata_dir(data_dir: str | Path) -> Path:
@@ -60,11 +82,16 @@ def load_cluster_id(data_dir: str | Path) -> str:
 
 
 def load_topic_table(data_dir: str | Path) -> TopicTable:
-    """The topic table as last written to `<data_dir>/_krill/topics.json` (empty if none)."""
+    """The topic table as last written to `<data_dir>/_krill/topics.json` (empty if none).
+    Whether a topic is internal follows from its name, whatever an older table stored."""
     stored = read_json(metadata_dir(data_dir) / "topics.json", {"version": 0, "topics": []})
     topics = {
         t["name"]: TopicInfo(
-            t["name"], bytes.fromhex(t["id"]), t["partitions"], t["configs"], t["internal"]
+            t["name"],
+            bytes.fromhex(t["id"]),
+            t["partitions"],
+            t["configs"],
+            t["name"] in INTERNAL_TOPICS,
         )
         for t in stored["topics"]
     }
@@ -105,7 +132,19 @@ class CreatePartitions(NamedTuple):
 
 
 class AllocateProducerId(NamedTuple):
+    """Replies a new producer id, or -1 if none can be handed out now (retriable)."""
+
     reply: Callable[[int], None]
+
+
+class _Written(NamedTuple):
+    """A metadata file write came back from the I/O pool."""
+
+    then: Callable[[BaseException | None], None]
+    error: BaseException | None
+
+
+RunBlocking = Callable[[Callable[[], Any], Callable[[Any, BaseException | None], None]], None]
 
 
 def _nothing() -> None:
@@ -130,10 +169,14 @@ class Controller(LoopActor):
         self,
         settings: BrokerSettings,
         on_change: Callable[[TopicTable, Callable[[], None]], None],
+        run_blocking: RunBlocking,
     ) -> None:
         super().__init__()
         self.settings = settings
         self._on_change = on_change
+        self._run_blocking = run_blocking
+        self._writing = False  # a metadata file write is out on the I/O pool
+        self._waiting: collections.deque[Any] = collections.deque()  # requests behind it
         self._dir = metadata_dir(settings.data_dir)
         self._table = TopicTable()
         self._next_producer_id = 0
@@ -155,10 +198,58 @@ class Controller(LoopActor):
         return self._table
 
     def on_receive(self, message: Any) -> Any:
+        if type(message) is _Written:
+            return self._written(message)
         handler = self._handlers.get(type(message))
         if handler is None:
             return super().on_receive(message)
+        if self._writing:
+            self._wait(message)
+            return None
         return handler(message)
+
+    # Writing metadata files ---------------------------------------------------------------
+
+    def _write(
+        self, name: str, value: Any, then: Callable[[BaseException | None], None]
+    ) -> None:
+        """Write `<data_dir>/_krill/<name>` on the I/O pool; `then(error)` runs here after it,
+        and requests that arrive meanwhile wait for it."""
+        assert not self._writing, "one metadata write at a time"
+        self._writing = True
+        path = self._dir / name
+        ref = self.actor_ref
+
+        def written(_result: Any, error: BaseException | None) -> None:
+            try:
+                ref.tell(_Written(then, error))
+            except ActorDeadError:
+                pass  # the shard is stopping: nobody waits for the answer
+
+        self._run_blocking(lambda: write_json_atomic(path, value), written)
+
+    def _written(self, m: _Written) -> None:
+        self._writing = False
+        if m.error is not None:
+            log.error("cannot write the cluster metadata: %r", m.error)
+        m.then(m.error)
+        while self._waiting and not self._writing:
+            message = self._waiting.popleft()
+            self._handlers[type(message)](message)
+
+    def _wait(self, message: Any) -> None:
+        if len(self._waiting) < limits.controller_requests_waiting_max:
+            self._waiting.append(message)
+            return
+        log.warning("controller: %d requests waiting; refusing more", len(self._waiting))
+        if isinstance(message, AllocateProducerId):
+            message.reply(-1)
+        else:
+            names = message.names if isinstance(message, DeleteTopics) else (
+                [s.name for s in message.specs] if isinstance(message, CreateTopics)
+                else [name for name, _ in message.counts])
+            busy = ErrorCode.REQUEST_TIMED_OUT
+            message.reply([TopicResult(name or "", busy, "controller busy") for name in names])
 
     # Topics -------------------------------------------------------------------------------
 
@@ -174,8 +265,8 @@ class Controller(LoopActor):
         if not m.validate_only and any(r.error == ErrorCode.NONE for r in results):
             for r in results:
                 if r.info is not None:
-                    log.info("created topic %s with %d partitions", r.name, r.info.partitions)
-            self._publish(topics, lambda: m.reply(results))
+                    log.info("creating topic %s with %d partitions", r.name, r.info.partitions)
+            self._publish(topics, results, m.reply)
         else:
             m.reply(results)
 
@@ -204,6 +295,9 @@ class Controller(LoopActor):
             return TopicResult(
                 name, ErrorCode.INVALID_PARTITIONS, f"{partitions} partitions is out of range"
             )
+        too_many = self._over_partition_limit(topics, partitions)
+        if too_many is not None:
+            return TopicResult(name, ErrorCode.INVALID_PARTITIONS, too_many)
         if spec.replication_factor not in (-1, 1) and not spec.assignments:
             return TopicResult(
                 name,
@@ -214,7 +308,7 @@ class Controller(LoopActor):
             configs = validate(spec.configs)
         except ConfigError as e:
             return TopicResult(name, ErrorCode.INVALID_CONFIG, str(e))
-        info = TopicInfo(name, uuid.uuid4().bytes, partitions, configs, name.startswith("__"))
+        info = TopicInfo(name, uuid.uuid4().bytes, partitions, configs, name in INTERNAL_TOPICS)
         return TopicResult(name, ErrorCode.NONE, None, info)
 
     def _delete_topics(self, m: DeleteTopics) -> None:
@@ -230,9 +324,9 @@ class Controller(LoopActor):
                 continue
             del topics[info.name]
             results.append(TopicResult(info.name, ErrorCode.NONE, None, info))
-            log.info("deleted topic %s", info.name)
+            log.info("deleting topic %s", info.name)
         if any(r.error == ErrorCode.NONE for r in results):
-            self._publish(topics, lambda: m.reply(results))
+            self._publish(topics, results, m.reply)
         else:
             m.reply(results)
 
@@ -250,22 +344,49 @@ class Controller(LoopActor):
                 results.append(TopicResult(name, ErrorCode.INVALID_PARTITIONS, message))
             elif count > limits.partitions_per_topic_max:
                 results.append(TopicResult(name, ErrorCode.INVALID_PARTITIONS, "too many"))
+            elif (too_many := self._over_partition_limit(topics, count - info.partitions)):
+                results.append(TopicResult(name, ErrorCode.INVALID_PARTITIONS, too_many))
             else:
                 grown = TopicInfo(info.name, info.topic_id, count, info.configs, info.internal)
                 if not m.validate_only:
                     topics[name] = grown
                 results.append(TopicResult(name, ErrorCode.NONE, None, grown))
         if not m.validate_only and any(r.error == ErrorCode.NONE for r in results):
-            self._publish(topics, lambda: m.reply(results))
+            self._publish(topics, results, m.reply)
         else:
             m.reply(results)
 
-    def _publish(self, topics: dict[str, TopicInfo], done: Callable[[], None]) -> None:
-        """Write the new table, then hand it to every shard; `done` once all have it, so a
-        client told "created" finds the topic on whichever shard its next connection lands."""
+    def _over_partition_limit(self, topics: dict[str, TopicInfo], more: int) -> str | None:
+        """Why `more` partitions would take the node past `partitions_max`, or None."""
+        owned = sum(info.partitions for info in topics.values())
+        limit = self.settings.partitions_max
+        if owned + more <= limit:
+            return None
+        return (f"the node has {owned} partitions and takes at most {limit} "
+                f"(topic_partitions_per_shard x shards); {more} more do not fit")
+
+    def _publish(
+        self,
+        topics: dict[str, TopicInfo],
+        results: list[TopicResult],
+        reply: Callable[[list[TopicResult]], None],
+    ) -> None:
+        """Write the new table, then hand it to every shard; `reply(results)` once all have
+        it, so a client told "created" finds the topic on whichever shard its next connection
+        lands. If the write fails nothing changes, and the results say so."""
         table = TopicTable(topics, self._table.version + 1)
-        write_json_atomic(
-            self._dir / "topics.json",
+
+        def then(error: BaseException | None) -> None:
+            if error is not None:
+                failed = ErrorCode.KAFKA_STORAGE_ERROR
+                reply([r._replace(error=failed, message=f"metadata write failed: {error}")
+                       if r.error == ErrorCode.NONE else r for r in results])
+                return
+            self._table = table
+            self._on_change(table, lambda: reply(results))
+
+        self._write(
+            "topics.json",
             {
                 "version": table.version,
                 "topics": [
@@ -279,16 +400,24 @@ class Controller(LoopActor):
                     for t in topics.values()
                 ],
             },
+            then,
         )
-        self._table = table
-        self._on_change(table, done)
 
     # Producer ids -------------------------------------------------------------------------
 
     def _allocate_producer_id(self, m: AllocateProducerId) -> None:
         if self._next_producer_id >= self._producer_id_limit:
-            self._producer_id_limit = self._next_producer_id + limits.producer_id_block_size
-            write_json_atomic(self._dir / "producer_ids.json", {"next": self._producer_id_limit})
+            limit = self._next_producer_id + limits.producer_id_block_size
+
+            def then(error: BaseException | None) -> None:
+                if error is not None:
+                    m.reply(-1)
+                    return
+                self._producer_id_limit = limit
+                self._allocate_producer_id(m)
+
+            self._write("producer_ids.json", {"next": limit}, then)
+            return
         producer_id = self._next_producer_id
         self._next_producer_id += 1
         m.reply(producer_id)

@@ -14,6 +14,10 @@ connection_send_queue_bytes_max = 64 * 1024 * 1024
 # Bytes the connection reads per recv call (one syscall per this many bytes at most).
 connection_recv_bytes_max = 256 * 1024
 
+# A read that missed the page cache is retried after the I/O pool reads its range in; one that
+# misses this many times (memory too tight to keep what was read) reads from the disk.
+cold_read_attempts_max = 3
+
 # Fetch long-poll ceiling: clients send fetch.wait.max.ms (500 ms by default); cap it.
 fetch_wait_ms_max = 30_000
 # Bytes one fetch response may carry, whatever the client asks (Kafka's fetch.max.bytes: 50 MiB).
@@ -24,6 +28,9 @@ fetch_response_bytes_max = 55 * 1024 * 1024
 producer_batches_remembered = 5
 # Producer ids handed out per persisted block (the next block is written before use).
 producer_id_block_size = 1000
+# Requests the controller holds while a metadata write is out (a few ms); past it they are
+# refused with a retriable error instead of queueing without end.
+controller_requests_waiting_max = 10_000
 
 # Topic and partition limits.
 topic_name_chars_max = 249  # Kafka's limit (file system name length with suffixes)

@@ -11,7 +11,15 @@ has exactly one owner and needs no lock. A produce runs in two phases (DESIGN.md
 
 With `write.caching=true` the high watermark follows the written offset and acks are answered
 at once; the flush still runs in the background. Fetches see only offsets below the high
-watermark; long polls register a watcher that fires when it moves.
+watermark. Every move is published to the shard's watermark table (`Services.
+high_watermark_moved`, actors/watermarks.py), which wakes the long polls waiting on it.
+
+A flush runs on the I/O pool with the log's fds, so the log is closed only once no flush is
+out: a topic deleted, or a shard stopped, while one runs closes the log when it returns.
+
+Reads never wait on the disk (storage/page_cache.py): the log is read with `nowait`, and a
+read that would touch a page not in memory is answered later, after the I/O pool has read
+that range in; every other partition and connection of the shard goes on meanwhile.
 """
 
 from __future__ import annotations
@@ -19,15 +27,21 @@ from __future__ import annotations
 import collections
 import logging
 import shutil
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from pykka import ActorDeadError
+
+from actors import limits
 from actors.producer_state import ProducerStateTable
 from actors.runtime import LoopActor
 from actors.services import Services, now_ms
 from actors.topic_config import TopicSettings
-from storage import DiskLog, FileSlice, LogConfig, OffsetOutOfRange
+from actors.watermarks import Published
+from storage import DiskLog, FileSlice, LogConfig, NotCached, OffsetOutOfRange
+from storage.page_cache import warm
 from wire.errors import DecodeError, ErrorCode
 from wire.record_batch import BatchHeader, set_log_append_time
 from wire.records import decode_batch
@@ -39,7 +53,6 @@ __all__ = [
     "Read",
     "ReadResult",
     "FetchBudget",
-    "WatchHighWatermark",
     "ListOffset",
     "ListOffsetResult",
     "EpochEndOffset",
@@ -111,12 +124,6 @@ class Read(NamedTuple):
     reply: Callable[[ReadResult], None]
 
 
-class WatchHighWatermark(NamedTuple):
-    """Call `callback()` once, the next time the high watermark moves (or the partition goes)."""
-
-    callback: Callable[[], None]
-
-
 class ListOffsetResult(NamedTuple):
     error: ErrorCode
     timestamp: int = -1
@@ -145,7 +152,12 @@ class PartitionInfo(NamedTuple):
 
 
 class Delete(NamedTuple):
-    """The topic was deleted: fail waiters, close the log, remove the directory, stop."""
+    """The topic was deleted: fail waiters, close the log, remove the directory, stop.
+
+    The shard renamed the directory to `trash` before telling (a topic of the same name may
+    be created there at once); it is removed on the I/O pool."""
+
+    trash: Path
 
 
 class UpdateSettings(NamedTuple):
@@ -155,6 +167,13 @@ class UpdateSettings(NamedTuple):
 class _FlushDone(NamedTuple):
     ticket: Any
     error: BaseException | None
+
+
+class _Warmed(NamedTuple):
+    """A read that missed the page cache, back once the I/O pool has read its range in."""
+
+    message: Read | ListOffset
+    attempts: int  # reads of it that missed so far
 
 
 # The actor --------------------------------------------------------------------------------
@@ -181,18 +200,21 @@ class Partition(LoopActor):
         # (offset the flush must pass, reply, result): answered in order as flushes complete.
         self._waiters: collections.deque[tuple[int, Callable[[ProduceResult], None], ProduceResult]]
         self._waiters = collections.deque()
-        self._watchers: list[Callable[[], None]] = []
         self._flushing = False
+        self._deleted: Path | None = None  # the directory to remove once no flush is out
+        self._unflushed_bytes = 0  # appended since the last flush started
+        metrics = services.metrics
+        self._stats = None if metrics is None else metrics.partition(topic, index)
         self._failed: ErrorCode | None = None
         self._log: DiskLog | None = None
         self._handlers: dict[type, Callable[[Any], None]] = {
             Produce: self._produce,
             Read: self._read,
-            WatchHighWatermark: self._watch,
             ListOffset: self._list_offset,
             EpochEndOffset: self._epoch_end_offset,
             PartitionInfo: self._info,
             _FlushDone: self._flush_done,
+            _Warmed: self._warmed,
             Delete: self._delete,
             UpdateSettings: self._update_settings,
         }
@@ -206,14 +228,29 @@ class Partition(LoopActor):
         self._log = DiskLog.open(self.directory, self._log_config())
         self._rebuild_producer_state()
         self.high_watermark = self._log.flushed_offset
+        self._publish()
 
     def on_stop(self) -> None:
-        if self._log is not None:
-            self._log.flush()
-            self._log.close()
-            self._log = None
         self._fail_waiters(ErrorCode.NOT_LEADER_OR_FOLLOWER)
-        self._wake_watchers()
+        self.services.long_polls.gone(self.topic, self.index)
+        if not self._flushing:
+            self._close_log()
+        # else the flush in flight closes it when it returns (_flush_returned)
+
+    def _close_log(self) -> None:
+        """Flush what is left, close every fd; and for a deleted topic remove the files."""
+        log_ = self._log
+        if log_ is None:
+            return
+        self._log = None
+        if self._deleted is None:
+            log_.flush()  # shutting down: whatever was written is made durable
+        log_.close()
+        if self._deleted is not None:
+            trash = self._deleted
+            self.services.run_blocking(
+                lambda: shutil.rmtree(trash, ignore_errors=True), lambda _r, _e: None
+            )
 
     def on_dropped(self, message: Any) -> None:
         # Told after the stop (its topic was deleted): the sender still waits for an answer,
@@ -225,8 +262,6 @@ class Partition(LoopActor):
             self._answer(message, ProduceResult(gone))
         elif isinstance(message, Read):
             message.reply(ReadResult(gone))
-        elif isinstance(message, WatchHighWatermark):
-            message.callback()
         elif isinstance(message, ListOffset):
             message.reply(ListOffsetResult(gone))
         elif isinstance(message, EpochEndOffset):
@@ -290,6 +325,12 @@ class Partition(LoopActor):
         first_base = log_.next_offset
         result = log_.append(m.records, m.headers, self.leader_epoch, now)  # type: ignore[arg-type]
         self._record_producers(m.headers, first_base)
+        appended = m.headers[-1].position + m.headers[-1].size - m.headers[0].position
+        self._unflushed_bytes += appended
+        stats = self._stats
+        if stats is not None:
+            stats.produced_bytes += appended
+            stats.produced_records += result.last_offset + 1 - result.base_offset
         produced = ProduceResult(
             ErrorCode.NONE, result.base_offset, append_time, log_.log_start_offset
         )
@@ -358,14 +399,41 @@ class Partition(LoopActor):
         if ticket is None:
             return
         self._flushing = True
-        ref = self.actor_ref
+        flushed_bytes, self._unflushed_bytes = self._unflushed_bytes, 0
+
+        def timed() -> float:
+            started = time.monotonic()
+            ticket.run()
+            return time.monotonic() - started
+
         self.services.run_blocking(
-            ticket.run, lambda _result, error: ref.tell(_FlushDone(ticket, error))
+            timed, lambda seconds, error: self._flush_returned(ticket, error, seconds,
+                                                               flushed_bytes)
         )
+
+    def _flush_returned(
+        self, ticket: Any, error: BaseException | None, seconds: float, flushed_bytes: int
+    ) -> None:
+        """On the loop thread, as the I/O pool hands the flush back."""
+        metrics = self.services.metrics
+        if metrics is not None and error is None:
+            metrics.fdatasync_latency.observe(seconds)
+            metrics.flush_bytes.observe(flushed_bytes)
+        try:
+            self.actor_ref.tell(_FlushDone(ticket, error))
+        except ActorDeadError:  # stopped while it ran: the log waited for it to close
+            self._flushing = False
+            if self._log is not None:
+                self._log.flush_complete(ticket)
+            self._close_log()
 
     def _flush_done(self, m: _FlushDone) -> None:
         self._flushing = False
         if self._log is None:
+            return
+        if self._deleted is not None:
+            self._log.flush_complete(m.ticket)
+            self._finish_delete()
             return
         if m.error is not None:
             # The data may not be on disk: never acknowledge it. Kafka takes the log dir
@@ -387,12 +455,13 @@ class Partition(LoopActor):
     def _advance_high_watermark(self, offset: int) -> None:
         if offset > self.high_watermark:
             self.high_watermark = offset
-            self._wake_watchers()
+            self._publish()
 
-    def _wake_watchers(self) -> None:
-        watchers, self._watchers = self._watchers, []
-        for callback in watchers:
-            callback()
+    def _publish(self) -> None:
+        """Tell the shard's watermark table (long polls, idle reads) what changed."""
+        assert self._log is not None
+        state = Published(self.high_watermark, self._log.log_start_offset, self.leader_epoch)
+        self.services.long_polls.publish(self.topic, self.index, state)
 
     def _fail_waiters(self, error: ErrorCode) -> None:
         waiters, self._waiters = self._waiters, collections.deque()
@@ -408,7 +477,7 @@ class Partition(LoopActor):
             return ErrorCode.FENCED_LEADER_EPOCH
         return ErrorCode.UNKNOWN_LEADER_EPOCH
 
-    def _read(self, m: Read) -> None:
+    def _read(self, m: Read, attempts: int = 0) -> None:
         log_ = self._log
         if log_ is None:
             m.reply(ReadResult(ErrorCode.NOT_LEADER_OR_FOLLOWER))
@@ -427,9 +496,12 @@ class Partition(LoopActor):
             m.reply(ReadResult(ErrorCode.NONE, hwm, start))
             return
         try:
-            records = log_.read(m.offset, max(limit, 1), hwm)
+            records = log_.read(m.offset, max(limit, 1), hwm, self._nowait(attempts))
         except OffsetOutOfRange:
             m.reply(ReadResult(ErrorCode.OFFSET_OUT_OF_RANGE, hwm, start))
+            return
+        except NotCached as miss:
+            self._warm_and_retry(miss, m, attempts)
             return
         result = ReadResult(ErrorCode.NONE, hwm, start, records)
         size = result.size
@@ -441,13 +513,13 @@ class Partition(LoopActor):
         budget.taken += size
         m.reply(result)
 
-    def _watch(self, m: WatchHighWatermark) -> None:
-        if self._log is None:
-            m.callback()
-        else:
-            self._watchers.append(m.callback)
+    def _list_offset(self, m: ListOffset, attempts: int = 0) -> None:
+        try:
+            self._answer_list_offset(m, self._nowait(attempts))
+        except NotCached as miss:
+            self._warm_and_retry(miss, m, attempts)
 
-    def _list_offset(self, m: ListOffset) -> None:
+    def _answer_list_offset(self, m: ListOffset, nowait: bool) -> None:
         log_ = self._log
         if log_ is None:
             m.reply(ListOffsetResult(ErrorCode.NOT_LEADER_OR_FOLLOWER))
@@ -466,24 +538,31 @@ class Partition(LoopActor):
             if found is None or found[0] >= self.high_watermark:
                 m.reply(ListOffsetResult(ErrorCode.NONE, -1, -1, -1))
             else:
-                offset, timestamp = self._record_in_batch(found[0], found[1], exact=True)
+                offset, timestamp = self._record_in_batch(
+                    found[0], found[1], exact=True, nowait=nowait
+                )
                 m.reply(ListOffsetResult(ErrorCode.NONE, timestamp, offset, epoch))
         elif m.timestamp < 0:
             m.reply(ListOffsetResult(ErrorCode.INVALID_REQUEST))
         else:
-            found = log_.offset_for_timestamp(m.timestamp)
+            found = log_.offset_for_timestamp(m.timestamp, nowait)
             if found is None or found[0] >= self.high_watermark:
                 m.reply(ListOffsetResult(ErrorCode.NONE, -1, -1, -1))
             else:
-                offset, timestamp = self._record_in_batch(found[0], m.timestamp, exact=False)
+                offset, timestamp = self._record_in_batch(
+                    found[0], m.timestamp, exact=False, nowait=nowait
+                )
                 m.reply(ListOffsetResult(ErrorCode.NONE, timestamp, offset, epoch))
 
-    def _record_in_batch(self, batch_offset: int, timestamp: int, exact: bool) -> tuple[int, int]:
+    def _record_in_batch(
+        self, batch_offset: int, timestamp: int, exact: bool, nowait: bool
+    ) -> tuple[int, int]:
         """(offset, timestamp) of the first record of the batch at `batch_offset` whose
         timestamp is `timestamp` (exact) or at least `timestamp`, as Kafka answers by-time
         lookups. The indexes find the batch; this decodes just that one batch."""
         assert self._log is not None
-        data = self._log.read_bytes(batch_offset, 1, self.high_watermark)  # one whole batch
+        # One whole batch.
+        data = self._log.read_bytes(batch_offset, 1, self.high_watermark, nowait)
         try:
             _, records = decode_batch(data)
         except DecodeError as e:  # our log holds only batches that passed their CRC
@@ -493,6 +572,35 @@ class Partition(LoopActor):
             if record.timestamp == timestamp or (not exact and record.timestamp > timestamp):
                 return record.offset, record.timestamp
         return batch_offset, timestamp
+
+    # Reads that missed the page cache ------------------------------------------------------
+
+    def _nowait(self, attempts: int) -> bool:
+        """Whether a read may only use the page cache. A read whose range was brought in
+        that many times and still misses (memory this tight) waits for the disk instead."""
+        return attempts < limits.cold_read_attempts_max
+
+    def _warm_and_retry(self, miss: NotCached, m: Read | ListOffset, attempts: int) -> None:
+        """Read the missing range in on the I/O pool, then serve `m` again."""
+        ref = self.actor_ref
+
+        def warmed(_result: Any, error: BaseException | None) -> None:
+            if error is not None:  # the file went (deleted); the retry answers what it finds
+                log.debug("%s: warming %s failed: %r", self, miss, error)
+            try:
+                ref.tell(_Warmed(m, attempts + 1))
+            except ActorDeadError:
+                self.on_dropped(m)
+
+        if self.services.metrics is not None:
+            self.services.metrics.cold_reads += 1
+        self.services.run_blocking(lambda: warm(miss.fd, miss.position, miss.length), warmed)
+
+    def _warmed(self, m: _Warmed) -> None:
+        if isinstance(m.message, Read):
+            self._read(m.message, m.attempts)
+        else:
+            self._list_offset(m.message, m.attempts)
 
     def _epoch_end_offset(self, m: EpochEndOffset) -> None:
         log_ = self._log
@@ -528,10 +636,14 @@ class Partition(LoopActor):
         self.settings = m.settings
 
     def _delete(self, m: Delete) -> None:
-        self._fail_waiters(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
-        if self._log is not None:
-            self._log.close()
-            self._log = None
-        shutil.rmtree(self.directory, ignore_errors=True)
-        self._wake_watchers()
+        gone = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        self._fail_waiters(gone)
+        self._failed = gone  # produces still in the inbox are refused
+        self._deleted = m.trash
+        if not self._flushing:
+            self._finish_delete()
+        # else _flush_done finishes it: the flush holds the log's fds
+
+    def _finish_delete(self) -> None:
+        self._close_log()
         self.stop_now()

@@ -10,9 +10,15 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-__all__ = ["BrokerSettings", "Memory", "TopicInfo", "TopicTable", "Services", "now_ms"]
+if TYPE_CHECKING:
+    from actors.metrics import ShardMetrics
+    from actors.watermarks import Published
+
+__all__ = [
+    "BrokerSettings", "LongPolls", "Memory", "TopicInfo", "TopicTable", "Services", "now_ms"
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +38,7 @@ class BrokerSettings:
     shards: int = 1  # shard processes of this node (partition owners: shards.shard_table)
     offsets_topic_partitions: int = 50  # partitions of __consumer_offsets (Kafka's default)
     group_initial_rebalance_delay_ms: int = 3000  # Kafka's group.initial.rebalance.delay.ms
+    partitions_max: int = 100_000  # partitions the node may own (topic_partitions_per_shard)
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,9 +73,36 @@ class Memory(Protocol):
     def when_under(self, callback: Callable[[], None]) -> None: ...
 
 
+class LongPolls(Protocol):
+    """The shard's watermark table (actors/watermarks.py), across shards: partitions publish
+    into it, long-poll fetches wait on it. Loop thread only."""
+
+    def publish(self, topic: str, index: int, state: Published) -> None:
+        """A partition of this shard changed its high watermark (or log start, or epoch)."""
+        ...
+
+    def gone(self, topic: str, index: int) -> None:
+        """A partition of this shard stopped (deleted, or the shard stops)."""
+        ...
+
+    def idle_read(self, topic: str, index: int, offset: int, epoch: int) -> Published | None:
+        """A local partition's published state if a read at `offset` finds nothing; else
+        None (ask the partition)."""
+        ...
+
+    def watch(self, topic: str, index: int, seen: int, wake: Callable[[], None]) -> int | None:
+        """Call `wake()` once when the partition's high watermark passes `seen`; the token
+        to cancel with, or None if it already has (nothing registered)."""
+        ...
+
+    def cancel(self, topic: str, index: int, token: int) -> None: ...
+
+
 class Services(Protocol):
     settings: BrokerSettings
     memory: Memory
+    long_polls: LongPolls
+    metrics: ShardMetrics | None  # None: `disable_metrics`, record nothing
 
     def topics(self) -> TopicTable:
         """The current topic table snapshot."""
@@ -96,6 +130,10 @@ class Services(Protocol):
         self, fn: Callable[[], Any], done: Callable[[Any, BaseException | None], None]
     ) -> None:
         """Run `fn` on the I/O pool; call `done(result, error)` back on the loop thread."""
+        ...
+
+    def connection_closed(self) -> None:
+        """A Connection actor closed its socket (the shard counts what it accepted)."""
         ...
 
     def frame_buffer(self, nbytes: int) -> Any:

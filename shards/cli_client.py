@@ -23,6 +23,8 @@ from shards.config import ConfigError, parse_host_port
 __all__ = [
     "BROKERS_ENV",
     "Client",
+    "admin_addresses",
+    "admin_argument",
     "CommandError",
     "brokers_argument",
     "describe_error",
@@ -35,6 +37,8 @@ __all__ = [
 
 DEFAULT_BROKERS = "127.0.0.1:9092"
 BROKERS_ENV = "KRILL_BROKERS"
+ADMIN_ENV = "KRILL_ADMIN"
+DEFAULT_ADMIN_PORT = 9644
 
 connect_timeout_s = 3.0  # the pre-flight TCP connect, per bootstrap broker
 request_timeout_s = 10.0  # any one admin request or metadata call
@@ -57,8 +61,11 @@ def _brokers_type(text: str) -> str:
     return ",".join(part.strip() for part in text.split(","))
 
 
-def brokers_argument(parser: argparse.ArgumentParser) -> None:
-    default = os.environ.get(BROKERS_ENV) or DEFAULT_BROKERS
+def brokers_argument(parser: argparse.ArgumentParser, root: bool = False) -> None:
+    """`-b/--brokers`. Client flags go anywhere on the line, as rpk's do: the root parser holds
+    the default, and every command level below takes the flag too without a default of its
+    own (argparse would let a subcommand's default overwrite what was given before it)."""
+    default = (os.environ.get(BROKERS_ENV) or DEFAULT_BROKERS) if root else argparse.SUPPRESS
     parser.add_argument(
         "-b",
         "--brokers",
@@ -67,6 +74,38 @@ def brokers_argument(parser: argparse.ArgumentParser) -> None:
         metavar="HOST:PORT[,...]",
         help=f"bootstrap brokers (env {BROKERS_ENV}, default {DEFAULT_BROKERS})",
     )
+
+
+def admin_argument(parser: argparse.ArgumentParser, root: bool = False) -> None:
+    """`--admin`: the admin HTTP address(es), for commands that read health and metrics;
+    anywhere on the line, like `-b`."""
+    default = os.environ.get(ADMIN_ENV) or None if root else argparse.SUPPRESS
+    parser.add_argument(
+        "--admin",
+        type=_admin_type,
+        default=default,
+        metavar="HOST:PORT[,...]",
+        help=f"admin API (env {ADMIN_ENV}; default: each broker's host, port "
+        f"{DEFAULT_ADMIN_PORT})",
+    )
+
+
+def _admin_type(text: str) -> str:
+    try:
+        for part in text.split(","):
+            parse_host_port(part.strip(), "admin address")
+    except ConfigError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return ",".join(part.strip() for part in text.split(","))
+
+
+def admin_addresses(args: argparse.Namespace) -> list[str]:
+    """`--admin` if given, else each bootstrap broker's host with the default admin port."""
+    if args.admin:
+        return str(args.admin).split(",")
+    hosts = [parse_host_port(b, "broker")[0] for b in str(args.brokers).split(",")]
+    return [f"[{h}]:{DEFAULT_ADMIN_PORT}" if ":" in h else f"{h}:{DEFAULT_ADMIN_PORT}"
+            for h in dict.fromkeys(hosts)]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -8,7 +8,9 @@ the defaults below (DESIGN.md §10). Compound `host:port` keys (`listen`, `adver
 hands the result to each shard process as JSON (`to_json`/`from_json`).
 
 Every mistake is a `ConfigError` whose message is one line naming the source and the key, so
-the CLI can print it as `krill: error: <message>` and stop.
+the CLI can print it as `krill: error: <message>` and stop. Every key is honoured or refused:
+keys for work not built yet (node RPC, O_DIRECT storage, more than one replica) are refused
+with the reason (`NOT_BUILT`), never accepted and ignored.
 """
 
 from __future__ import annotations
@@ -36,13 +38,20 @@ DAY_MS = 24 * 60 * 60 * 1000
 
 ENV_PREFIX = "KRILL_"
 LOG_LEVELS = ("trace", "debug", "info", "warning", "error", "critical")
-STORAGE_MODES = ("buffered", "direct")
+STORAGE_MODES = ("buffered",)  # "direct" (O_DIRECT, DESIGN.md §6) is not built yet
+
+# Keys a node will take once the work behind them is built; until then naming one is an error.
+NOT_BUILT = {
+    "rpc_port": "node-to-node RPC comes with replication, which is not built yet",
+    "seeds": "clusters of several nodes come with replication, which is not built yet",
+}
 
 # Compound keys accepted in flags, the environment and the file: key -> (host field, port field).
 HOST_PORT_KEYS = {
     "listen": ("listen_host", "listen_port"),
     "advertise": ("advertise_host", "advertise_port"),
     "reader_listen": ("reader_host", "reader_port"),
+    "admin_listen": ("admin_host", "admin_port"),
 }
 
 # Hosts that mean "every interface": clients cannot connect to them, so never advertise them.
@@ -69,11 +78,12 @@ class NodeConfig:
     smp: int = field(default_factory=usable_cores)  # shard processes, one per core
     reader_host: str = "127.0.0.1"
     reader_port: int = 9093
-    rpc_port: int = 33145
+    admin_host: str = "127.0.0.1"  # the admin HTTP endpoint: /metrics, /v1/status/ready
     admin_port: int = 9644
+    disable_metrics: bool = False  # record nothing and serve no /metrics (Redpanda's name)
     auto_create_topics: bool = True
     default_partitions: int = 1
-    default_replicas: int = 1
+    default_replicas: int = 1  # the only value until replication is built
     message_max_bytes: int = 1048588  # Kafka's default: 1 MiB plus the batch overhead
     segment_bytes: int = 128 * MiB
     segment_ms: int = 7 * DAY_MS
@@ -86,6 +96,11 @@ class NodeConfig:
     # Shards that accept Kafka connections: 0 means all. A bench and test knob: with 1, every
     # connection lands on shard 0, so partitions owned elsewhere take the cross-core path.
     kafka_shards: int = 0
+    # Kafka connections the node keeps open at once (Redpanda's kafka_connections_max); past
+    # it a new connection is closed at once. Split evenly over the accepting shards.
+    kafka_connections_max: int = limits.kafka_connections_max
+    # Partitions each shard may own (Redpanda's name); CreateTopics past it is refused.
+    topic_partitions_per_shard: int = limits.topic_partitions_per_shard
     offsets_topic_partitions: int = 50  # __consumer_offsets partitions (Kafka's default)
     group_initial_rebalance_delay_ms: int = 3000  # Kafka's group.initial.rebalance.delay.ms
     storage_mode: str = "buffered"  # "buffered" (page cache) or "direct" (O_DIRECT)
@@ -96,17 +111,18 @@ class NodeConfig:
         # because a shard process reading this back from JSON is pinned to a single core.
         for name, value in dataclasses.asdict(self).items():
             _check_type(name, value)
-        for name in ("listen_port", "reader_port", "rpc_port", "admin_port"):
+        for name in ("listen_port", "reader_port", "admin_port"):
             _check_port(name, getattr(self, name))
         if self.advertise_port is not None:
             _check_port("advertise_port", self.advertise_port)
-        for name in ("listen_host", "reader_host"):
+        for name in ("listen_host", "reader_host", "admin_host"):
             _check_host(name, getattr(self, name), wildcard_ok=True)
         if self.advertise_host is not None:
             _check_host("advertise_host", self.advertise_host, wildcard_ok=False)
         for name in ("smp", "default_partitions", "default_replicas", "message_max_bytes",
                      "segment_bytes", "segment_ms", "memory_budget_bytes",
-                     "offsets_topic_partitions"):
+                     "offsets_topic_partitions", "kafka_connections_max",
+                     "topic_partitions_per_shard"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be at least 1, not {getattr(self, name)}")
         if self.pipe_arena_bytes < 0:
@@ -123,10 +139,18 @@ class NodeConfig:
         if self.log_level not in LOG_LEVELS:
             raise ConfigError(
                 f"log_level must be one of {', '.join(LOG_LEVELS)}, not {self.log_level!r}")
+        if self.storage_mode == "direct":
+            raise ConfigError("storage_mode 'direct' (O_DIRECT) is not built yet; use 'buffered'")
         if self.storage_mode not in STORAGE_MODES:
-            raise ConfigError(
-                f"storage_mode must be one of {', '.join(STORAGE_MODES)}, "
-                f"not {self.storage_mode!r}")
+            raise ConfigError(f"storage_mode must be 'buffered', not {self.storage_mode!r}")
+        if self.default_replicas != 1:
+            raise ConfigError(f"default_replicas must be 1, not {self.default_replicas}: "
+                              "replication is not built yet")
+        ports = {"listen_port": self.listen_port, "reader_port": self.reader_port,
+                 "admin_port": self.admin_port}
+        if len(set(ports.values())) < len(ports):
+            raise ConfigError("listen_port, reader_port and admin_port must differ, not "
+                              + ", ".join(f"{k}={v}" for k, v in ports.items()))
 
     @property
     def advertise(self) -> tuple[str, int]:
@@ -144,6 +168,10 @@ class NodeConfig:
     @property
     def reader_listen(self) -> tuple[str, int]:
         return self.reader_host, self.reader_port
+
+    @property
+    def admin_listen(self) -> tuple[str, int]:
+        return self.admin_host, self.admin_port
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), sort_keys=True)
@@ -166,11 +194,12 @@ class NodeConfig:
 _FIELD_TYPES: dict[str, type] = {
     "data_dir": str, "listen_host": str, "listen_port": int, "advertise_host": str,
     "advertise_port": int, "node_id": int, "smp": int, "reader_host": str, "reader_port": int,
-    "rpc_port": int, "admin_port": int, "auto_create_topics": bool, "default_partitions": int,
-    "default_replicas": int, "message_max_bytes": int, "segment_bytes": int, "segment_ms": int,
-    "memory_budget_bytes": int, "pipe_arena_bytes": int, "offsets_topic_partitions": int,
-    "kafka_shards": int, "group_initial_rebalance_delay_ms": int,
-    "storage_mode": str, "log_level": str,
+    "admin_host": str, "admin_port": int, "disable_metrics": bool, "auto_create_topics": bool,
+    "default_partitions": int, "default_replicas": int, "message_max_bytes": int,
+    "segment_bytes": int, "segment_ms": int, "memory_budget_bytes": int,
+    "pipe_arena_bytes": int, "offsets_topic_partitions": int, "kafka_shards": int,
+    "kafka_connections_max": int, "topic_partitions_per_shard": int,
+    "group_initial_rebalance_delay_ms": int, "storage_mode": str, "log_level": str,
 }
 _OPTIONAL_FIELDS = ("advertise_host", "advertise_port")
 assert set(_FIELD_TYPES) == {f.name for f in dataclasses.fields(NodeConfig)}
@@ -263,6 +292,8 @@ def _layer(
     for key, value in raw.items():
         if value is None:
             continue
+        if key in NOT_BUILT:
+            raise ConfigError(f"{label(key)}: not supported: {NOT_BUILT[key]}")
         if key in HOST_PORT_KEYS:
             host_field, port_field = HOST_PORT_KEYS[key]
             values[host_field], values[port_field] = parse_host_port(value, label(key))
@@ -282,7 +313,7 @@ def _env_label(key: str) -> str:
 
 
 def _env_layer(environ: Mapping[str, str]) -> dict[str, Any]:
-    raw = {key: environ[_env_label(key)] for key in (*HOST_PORT_KEYS, *_FIELD_TYPES)
+    raw = {key: environ[_env_label(key)] for key in (*HOST_PORT_KEYS, *_FIELD_TYPES, *NOT_BUILT)
            if environ.get(_env_label(key), "") != ""}
     return _layer(raw, _env_label)
 

@@ -49,6 +49,7 @@ def _seek_target(text: str) -> str | int | datetime.datetime:
 def add_group_commands(subparsers: Any) -> None:
     group = subparsers.add_parser("group", help="list, describe, delete, seek consumer groups")
     commands = group.add_subparsers(dest="group_command", metavar="COMMAND", required=True)
+    brokers_argument(group)
 
     p = commands.add_parser("list", help="list consumer groups")
     brokers_argument(p)

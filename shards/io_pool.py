@@ -52,6 +52,7 @@ class IoPool:
         self._calls_per_job = max(1, calls_per_job)
         self._name = name
         self._pending: Job = []
+        self._outstanding = 0  # calls handed to `run` whose `done` has not been called yet
         # Shared with the workers, under `_lock`: who waits for a job, and jobs nobody took.
         # The backlog is bounded by the callers: a partition has one flush in flight at most,
         # the reader endpoint `reader_requests_in_flight_max` reads.
@@ -61,11 +62,22 @@ class IoPool:
         self._closed = False
         self._workers: list[_Worker] = []  # the loop thread's own list, for shutdown
 
+    @property
+    def busy(self) -> bool:
+        """Whether any call is still out (a stopping shard waits for its flushes)."""
+        return self._outstanding > 0
+
+    @property
+    def outstanding(self) -> int:
+        """Calls handed to `run` and not yet called back (bounded by the callers)."""
+        return self._outstanding
+
     def run(self, fn: Callable[[], Any], done: Done) -> None:
         """Run `fn` on a worker; `done(result, error)` is called back on the loop thread."""
         if not self._pending:
             self._loop.call_soon(self._dispatch)
         self._pending.append((fn, done))
+        self._outstanding += 1
 
     def shutdown(self) -> None:
         """Finish every job handed over, then stop the workers."""
@@ -113,7 +125,12 @@ class IoPool:
                 outcomes.append((done, fn(), None))
             except Exception as e:  # handed back to the caller, who decides what it means
                 outcomes.append((done, None, e))
-        self._loop.call_soon_threadsafe(_deliver, outcomes)
+        self._loop.call_soon_threadsafe(self._deliver, outcomes)
+
+    def _deliver(self, outcomes: list[tuple[Done, Any, BaseException | None]]) -> None:
+        self._outstanding -= len(outcomes)
+        for done, result, error in outcomes:
+            done(result, error)
 
 
 class _Worker:
@@ -143,7 +160,3 @@ class _Worker:
             if self.job is None:
                 return  # the pool closed
 
-
-def _deliver(outcomes: list[tuple[Done, Any, BaseException | None]]) -> None:
-    for done, result, error in outcomes:
-        done(result, error)

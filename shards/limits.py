@@ -12,8 +12,19 @@ io_calls_per_job = 4
 listen_backlog = 1024
 # Connections accepted per readiness event before the loop serves other work.
 accepts_per_turn_max = 64
+# Kafka connections one node keeps open (node setting kafka_connections_max): each holds a
+# socket, a frame buffer and up to connection_inflight_requests_max requests; split evenly
+# over the accepting shards, well inside open_files_wanted.
+kafka_connections_max = 10_000
+# Partitions one shard may own (node setting topic_partitions_per_shard, Redpanda's default):
+# each is an actor with open segment files; a client creating topics without end is refused.
+topic_partitions_per_shard = 1000
+# One log line per this many connections refused over the limit (the first one included).
+refused_connections_log_every = 1000
 # Time a shard has to flush and close its logs on SIGTERM before the supervisor kills it.
 shard_stop_timeout_s = 30.0
+# The supervisor looks at its shards this often even without a signal (SIGCHLD wakes it).
+supervisor_poll_s = 1.0
 # Time the shard's loop keeps running after the stop request to let actors finish.
 shard_drain_timeout_s = 10.0
 # Open files a shard asks for (segments keep their files open while the log is open).
@@ -67,3 +78,13 @@ reader_high_water_mark_messages = 64
 # Slices up to this size are pread on the loop thread (page cache: a few µs); larger ones go
 # to the I/O pool so a big fetch never stalls the shard's other work.
 reader_inline_read_bytes_max = 256 * 1024
+
+# The stats endpoint (shards/stats.py), read by the supervisor's admin server -----------------
+# Only the supervisor asks, one request per scrape per shard: a handful in flight at most.
+stats_requests_per_turn_max = 8
+stats_high_water_mark_messages = 16
+stats_request_bytes_max = 4096
+# How long the admin server waits for a shard's snapshot before it reports it unready.
+stats_timeout_s = 5.0
+# Leaderless partitions /v1/cluster/health_overview lists by name (all are counted).
+health_partitions_listed_max = 100

@@ -26,6 +26,11 @@ writer with a backlog asks `EVENTS & POLLOUT`, then flushes until `zmq.Again` (a
 turn), after which the reader's next batch of reads is guaranteed to signal the FD again.
 Everything here runs on the loop thread; nothing is thread-safe.
 
+A header that does not decode breaks the pipe: only our own shards write to it, so that is
+our bug, and whatever request it carried can no longer be answered. Dropping it would leave
+its caller waiting forever; instead the mesh calls `on_broken(source, reason)` (the shard
+stops the node, shards/shard.py) or, without one, raises `PipeBroken`.
+
 `MemoryPipeNetwork` is the same mesh in one process (tests, simulations): delivery by
 `loop.call_soon`, FIFO per pipe, optional capacity to exercise backpressure.
 """
@@ -49,7 +54,9 @@ __all__ = [
     "MemoryPipeMesh",
     "MemoryPipeNetwork",
     "OnBacklog",
+    "OnBroken",
     "OnMessage",
+    "PipeBroken",
     "PipeMesh",
     "PipeWriter",
     "ZmqPipeMesh",
@@ -68,6 +75,12 @@ _POLLOUT = int(zmq.POLLOUT)
 Buffer = bytes | bytearray | memoryview
 # (source shard, header, payload frames)
 OnMessage = Callable[[int, Any, list[memoryview]], None]
+# (source shard, what was wrong): a message from that shard could not be read.
+OnBroken = Callable[[int, str], None]
+
+
+class PipeBroken(Exception):
+    """A pipe message that cannot be read: our bug, and its sender waits for an answer."""
 # (target shard, backlog bytes): called when a writer's backlog becomes non-empty and when it
 # drains back to empty, so the shard can pause and resume reading client sockets.
 OnBacklog = Callable[[int, int], None]
@@ -117,20 +130,23 @@ def _pack_header(packer: msgpack.Packer, header: Any) -> bytes:
     return packed
 
 
-def _unpack_header(source: int, packed: bytes) -> tuple[bool, Any]:
-    """(ok, header). A bad header is our bug, but one bad message must not kill the shard."""
+def _unpack_header(packed: bytes) -> Any:
+    """The header, or PipeBroken saying what is wrong with it."""
     if len(packed) > limits.pipe_header_bytes_max:
-        log.error("pipe %d: header of %d bytes dropped", source, len(packed))
-        return False, None
+        raise PipeBroken(f"header of {len(packed)} bytes, over {limits.pipe_header_bytes_max}")
     try:
         header = msgpack.unpackb(packed, raw=False, strict_map_key=False)
-    except Exception:
-        log.error("pipe %d: undecodable header dropped: %r", source, packed[:64], exc_info=True)
-        return False, None
+    except Exception as e:
+        raise PipeBroken(f"header does not decode ({e}): {bytes(packed[:64])!r}") from None
     if not isinstance(header, dict | list):
-        log.error("pipe %d: header is not a dict or list, dropped: %r", source, header)
-        return False, None
-    return True, header
+        raise PipeBroken(f"header is not a dict or list: {header!r:.64}")
+    return header
+
+
+def _broken(on_broken: OnBroken | None, source: int, error: PipeBroken) -> None:
+    if on_broken is None:
+        raise error
+    on_broken(source, str(error))
 
 
 class _Backlog:
@@ -278,12 +294,14 @@ class ZmqPipeMesh:
         context: zmq.Context[Any] | None = None,
         high_water_mark_messages: int = limits.pipe_high_water_mark_messages,
         on_backlog: OnBacklog | None = None,
+        on_broken: OnBroken | None = None,
     ) -> None:
         assert 0 <= shard_id < shards, (shard_id, shards)
         assert high_water_mark_messages > 0, "0 would mean no limit"
         self.shard_id = shard_id
         self._loop = loop
         self._on_message = on_message
+        self._on_broken = on_broken
         self._own_context = context is None
         self._context = zmq.Context(io_threads=1) if context is None else context
         self._readers: dict[int, zmq.Socket[Any]] = {}
@@ -375,9 +393,12 @@ class ZmqPipeMesh:
                 while frame.more:  # set by recv in C; a getsockopt(RCVMORE) costs far more
                     frame = pull.recv(_NOBLOCK, copy=False)  # whole messages arrive at once
                     payloads.append(frame.buffer)
-                ok, header = _unpack_header(source, packed)
-                if ok:
-                    self._on_message(source, header, payloads)
+                try:
+                    header = _unpack_header(packed)
+                except PipeBroken as e:
+                    _broken(self._on_broken, source, e)
+                    return
+                self._on_message(source, header, payloads)
                 if not self._reading:  # paused or closed by the handler
                     return
         finally:
@@ -437,9 +458,12 @@ class _MemoryPipe(_WriterBase):
                     return
                 packed, payloads = self._in_flight.popleft()
                 self._refill()
-                ok, header = _unpack_header(self.source, packed)
-                if ok:
-                    reader.on_message(self.source, header, payloads)
+                try:
+                    header = _unpack_header(packed)
+                except PipeBroken as e:
+                    _broken(reader.on_broken, self.source, e)
+                    return
+                reader.on_message(self.source, header, payloads)
         finally:
             if reader is not None and reader.reading:
                 self.schedule_delivery()
@@ -465,11 +489,13 @@ class MemoryPipeMesh:
         network: MemoryPipeNetwork,
         *,
         on_backlog: OnBacklog | None = None,
+        on_broken: OnBroken | None = None,
     ) -> None:
         assert 0 <= shard_id < shards == network.shards, (shard_id, shards)
         assert loop is network.loop
         self.shard_id = shard_id
         self.on_message = on_message
+        self.on_broken = on_broken
         self.reading = True
         self._network = network
         self._writers = {
@@ -521,11 +547,17 @@ class MemoryPipeNetwork:
         self.meshes: dict[int, MemoryPipeMesh] = {}
 
     def mesh(
-        self, shard_id: int, on_message: OnMessage, *, on_backlog: OnBacklog | None = None
+        self,
+        shard_id: int,
+        on_message: OnMessage,
+        *,
+        on_backlog: OnBacklog | None = None,
+        on_broken: OnBroken | None = None,
     ) -> MemoryPipeMesh:
         assert shard_id not in self.meshes, f"shard {shard_id} already has its mesh"
         mesh = MemoryPipeMesh(
-            shard_id, self.shards, self.loop, on_message, self, on_backlog=on_backlog
+            shard_id, self.shards, self.loop, on_message, self, on_backlog=on_backlog,
+            on_broken=on_broken,
         )
         self.meshes[shard_id] = mesh
         # Messages sent to this shard before it existed wait in their pipes.

@@ -7,12 +7,11 @@ or on another shard through `Services.partition()` like any Kafka handler. A fet
 the segment bytes as one raw frame, read with pread (on the I/O pool when large) and handed to
 ZeroMQ without a copy: the reader never decodes records.
 
-The socket lives on the shard's loop thread the way the pipes do (shards/pipes.py): its
-edge-triggered `zmq.FD` is watched with `loop.add_reader`, the drain stops at `zmq.Again` or
-after a bounded number of requests per turn, and re-checks `EVENTS` before it returns. Replies
-are sent from the same socket, and a send can consume the read edge too, so every send is
-followed by a scheduled drain. A client's mistake (not msgpack, wrong version, a field missing,
-over a limit) gets an error reply and a log line; nothing a client sends can stop the shard.
+The socket is served on the shard's loop thread (shards/loop_router.py). Its address is bound
+by the supervisor, which refuses to start the node when it is taken (shards/ports.py), and
+handed over as a listening fd (`ZMQ_USE_FD`). A client's mistake (not msgpack, wrong version,
+a field missing, over a limit) gets an error reply and a log line; nothing a client sends can
+stop the shard.
 """
 
 from __future__ import annotations
@@ -20,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from typing import Any, Protocol, cast
+from typing import Any, Protocol
 
 import zmq
 
@@ -33,6 +32,7 @@ from actors.partition import (
 )
 from actors.services import BrokerSettings, TopicTable
 from shards import limits
+from shards.loop_router import LoopRouter
 from storage import FileSlice
 from wire.errors import ErrorCode
 from wire.spark import protocol
@@ -41,11 +41,6 @@ from wire.spark.protocol import ProtocolError
 __all__ = ["ReaderEndpoint"]
 
 log = logging.getLogger(__name__)
-
-_NOBLOCK = int(zmq.NOBLOCK)
-_NOBLOCK_SNDMORE = int(zmq.NOBLOCK | zmq.SNDMORE)
-_EVENTS = int(zmq.EVENTS)
-_POLLIN = int(zmq.POLLIN)
 
 
 class _Node(Protocol):
@@ -73,79 +68,47 @@ class ReaderEndpoint:
         advertised: str,
         *,
         context: zmq.Context[Any] | None = None,
+        listening_fd: int | None = None,
     ) -> None:
+        """Serve on `address`; with `listening_fd`, on that socket, already bound to it."""
         self._services = services
-        self._loop = loop
         self._advertised = advertised
         self._own_context = context is None
         self._context = zmq.Context(io_threads=1) if context is None else context
-        self._socket = self._context.socket(zmq.ROUTER)
-        self._socket.setsockopt(zmq.SNDHWM, limits.reader_high_water_mark_messages)
-        self._socket.setsockopt(zmq.RCVHWM, limits.reader_high_water_mark_messages)
-        self._socket.setsockopt(zmq.MAXMSGSIZE, protocol.request_bytes_max)
-        self._socket.setsockopt(zmq.LINGER, 0)
+        socket = self._context.socket(zmq.ROUTER)
+        socket.setsockopt(zmq.SNDHWM, limits.reader_high_water_mark_messages)
+        socket.setsockopt(zmq.RCVHWM, limits.reader_high_water_mark_messages)
+        socket.setsockopt(zmq.MAXMSGSIZE, protocol.request_bytes_max)
+        socket.setsockopt(zmq.LINGER, 0)
         host, port = address
         if ":" in host:
-            self._socket.setsockopt(zmq.IPV6, 1)
+            socket.setsockopt(zmq.IPV6, 1)
             host = f"[{host}]"
-        self._socket.bind(f"tcp://{host}:{port}")
-        self._fd = self._socket.fileno()
+        if listening_fd is not None:
+            socket.setsockopt(zmq.USE_FD, listening_fd)
+        socket.bind(f"tcp://{host}:{port}")
         self._in_flight = 0
-        self._drain_pending = False
-        self._closed = False
         self.requests = 0  # served, for tests and stats
         self.errors = 0
-        loop.add_reader(self._fd, self._drain)
-        self._schedule_drain()
+        self._router = LoopRouter(
+            loop, socket, self._handle, limits.reader_requests_per_turn_max, "reader"
+        )
 
     def close(self) -> None:
-        if self._closed:
+        if self._router.closed:
             return
-        self._closed = True
-        self._loop.remove_reader(self._fd)
-        self._socket.close(linger=0)
+        self._router.close()
         if self._own_context:
             self._context.term()
 
     # Receiving ----------------------------------------------------------------------------
 
-    def _schedule_drain(self) -> None:
-        if not self._drain_pending and not self._closed:
-            self._drain_pending = True
-            self._loop.call_soon(self._scheduled_drain)
-
-    def _scheduled_drain(self) -> None:
-        self._drain_pending = False
-        self._drain()
-
-    def _drain(self) -> None:
-        if self._closed:
-            return
-        socket = self._socket
-        more = True
-        try:
-            for _ in range(limits.reader_requests_per_turn_max):
-                try:
-                    frames = socket.recv_multipart(_NOBLOCK, copy=False)
-                except zmq.Again:
-                    break
-                self._handle(frames)
-                if self._closed:
-                    return
-            else:
-                return  # turn spent: `finally` continues next turn
-            more = bool(cast(int, socket.getsockopt(_EVENTS)) & _POLLIN)
-        finally:
-            if more:
-                self._schedule_drain()
-
-    def _handle(self, frames: list[Any]) -> None:
-        identity = frames[0].bytes
+    def _handle(self, identity: bytes, frames: list[Any]) -> None:
         correlation: Any = None
         try:
-            if len(frames) != 2:
-                raise ProtocolError(f"request of {len(frames) - 1} frames, expected 1")
-            message = protocol.unpack(frames[1].buffer, protocol.request_bytes_max)
+            if len(frames) != 1:
+                raise ProtocolError(f"request of {len(frames)} frames, expected 1")
+            message = protocol.unpack(frames[0].buffer, protocol.request_bytes_max)
             correlation = message.get("id")
             op, arguments = protocol.parse_request(message)
         except ProtocolError as exc:
@@ -292,18 +255,5 @@ class ReaderEndpoint:
     # Sending ------------------------------------------------------------------------------
 
     def _send(self, identity: bytes, header: dict[str, Any], data: Any = b"") -> None:
-        if self._closed:
-            return
-        socket = self._socket
-        try:
-            socket.send(identity, _NOBLOCK_SNDMORE)
-            if len(data):
-                socket.send(protocol.pack(header), _NOBLOCK_SNDMORE)
-                socket.send(data, _NOBLOCK, copy=False)
-            else:
-                socket.send(protocol.pack(header), _NOBLOCK)
-        except zmq.Again:
-            # ROUTER without ROUTER_MANDATORY drops rather than blocks; Again cannot happen,
-            # but if it does, that client's request times out, the shard carries on.
-            log.warning("reader: reply dropped, client queue full")
-        self._schedule_drain()  # the send may have consumed the read edge
+        packed = protocol.pack(header)
+        self._router.send(identity, [packed, data] if len(data) else [packed])

@@ -18,8 +18,8 @@ Actors never see the difference (DESIGN.md §2–5):
     Read(offset, budget, reply)   ----read---->  Partition: where the bytes are
                                   <---read-----  (path, position, length): the source shard
                                                  opens the segment and sendfiles it itself
-    WatchHighWatermark(callback)  ----watch--->  one-shot watcher
-                                  <----hwm-----  the high watermark moved
+    (a long poll's first watch)   ----watch--->  one subscription per partition
+                                  <----hwm-----  the high watermark moved (shards/watch.py)
 
 No log bytes cross a pipe either way: a produced batch goes by reference into the source's
 shared-memory arena (shards/arena.py; as a payload frame only when the arena is full), a
@@ -58,7 +58,6 @@ from actors.partition import (
     ProduceResult,
     Read,
     ReadResult,
-    WatchHighWatermark,
 )
 from actors.services import TopicInfo, TopicTable
 from shards import pipe_codec
@@ -206,9 +205,10 @@ def _send_read(ref: RemotePartition, m: Read) -> None:
         records: Any = None
         where = header.get("slice")
         if where is not None:
-            path, position, length = where
-            fd = router.open_segment(path)
-            records = None if fd is None else FileSlice(fd, position, length, path)
+            path, position, length, count, inode = where
+            fd = router.open_segment(path, inode)
+            if fd is not None:
+                records = FileSlice(fd, position, length, path, count, inode)
         elif frames:
             records = memoryview(frames[0])
         result = ReadResult(error, hwm, start, records)
@@ -223,10 +223,6 @@ def _send_read(ref: RemotePartition, m: Read) -> None:
     fields = {"o": m.offset, "max": m.max_bytes, "cle": m.current_leader_epoch}
     fields["rem"], fields["taken"] = budget.remaining, budget.taken
     ref._call("read", fields, [], on_reply)
-
-
-def _send_watch(ref: RemotePartition, m: WatchHighWatermark) -> None:
-    ref._call("watch", {}, [], lambda _h, _f: m.callback())
 
 
 def _send_list_offset(ref: RemotePartition, m: ListOffset) -> None:
@@ -250,7 +246,6 @@ def _send_info(ref: RemotePartition, m: PartitionInfo) -> None:
 _PARTITION_REQUESTS: dict[type, Callable[[RemotePartition, Any], None]] = {
     Produce: _send_produce,
     Read: _send_read,
-    WatchHighWatermark: _send_watch,
     ListOffset: _send_list_offset,
     EpochEndOffset: _send_epoch_end,
     PartitionInfo: _send_info,

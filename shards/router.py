@@ -36,12 +36,12 @@ from actors.partition import (
     ProduceResult,
     Read,
     ReadResult,
-    WatchHighWatermark,
 )
 from actors.runtime import current_loop
 from actors.services import TopicTable
 from shards import limits, pipe_codec
 from shards.arena import ArenaSet
+from shards.pipes import PipeBroken
 from shards.remote import Reply, result_to_wire, table_from_wire, table_to_wire
 from storage import FileSlice
 from wire.errors import DecodeError, ErrorCode
@@ -74,7 +74,8 @@ class Router:
         self._lazy: dict[int, dict[int, dict[str, Any]]] = {}
         self._lazy_timers: dict[int, Any] = {}
         self._group: _AnswerGroup | None = None  # while serving a batch message
-        self._segments: collections.OrderedDict[str, int] = collections.OrderedDict()
+        # Other shards' segment files open for sendfile: path -> (fd, inode).
+        self._segments: collections.OrderedDict[str, tuple[int, int]] = collections.OrderedDict()
         self.dispatched = 0  # produce requests whose phase one came back (for tests, stats)
         self._incoming: dict[str, Callable[[int, dict[str, Any], list[Any]], None]] = {
             "reply": self._on_reply,
@@ -237,10 +238,11 @@ class Router:
     # Receiving --------------------------------------------------------------------------------
 
     def on_message(self, source: int, header: dict[str, Any], frames: list[Any]) -> None:
-        handler = self._incoming.get(header.get("t", ""))
+        kind = header.get("t", "") if isinstance(header, dict) else None
+        handler = self._incoming.get(kind) if isinstance(kind, str) else None
         if handler is None:
-            log.error("pipe message of unknown type from shard %d: %r", source, header.get("t"))
-            return
+            # Only our own shards write here: our bug, and its sender waits for an answer.
+            raise PipeBroken(f"message of unknown type {kind!r}")
         handler(source, header, frames)
 
     def _serve_batch(self, source: int, header: dict[str, Any], frames: list[Any]) -> None:
@@ -371,7 +373,10 @@ class Router:
             records = result.records
             payloads: list[Any] = []
             if isinstance(records, FileSlice):
-                answer["slice"] = [records.path, records.position, records.length]
+                answer["slice"] = [
+                    records.path, records.position, records.length, records.records,
+                    records.inode,
+                ]
             elif records is not None:
                 payloads = [records]
             self._answer(source, h, answer, payloads)
@@ -381,12 +386,8 @@ class Router:
             reply(ReadResult(ErrorCode.NOT_LEADER_OR_FOLLOWER))
 
     def _serve_watch(self, source: int, h: dict[str, Any], _frames: list[Any]) -> None:
-        def moved() -> None:
-            self._answer(source, h, {})
-
-        ref = self._local(h)
-        if ref is None or not send(ref, WatchHighWatermark(moved)):
-            moved()
+        # A peer's long polls subscribe to one of our partitions (shards/watch.py).
+        self._shard.long_polls.serve(h, lambda hwm: self._answer(source, h, {"hwm": hwm}))
 
     def _serve_list_offset(self, source: int, h: dict[str, Any], _frames: list[Any]) -> None:
         def reply(r: ListOffsetResult) -> None:
@@ -461,29 +462,36 @@ class Router:
 
     # Segment files of other shards -----------------------------------------------------------
 
-    def open_segment(self, path: str) -> int | None:
-        """An fd for a segment another shard owns, cached; None if it is gone (deleted)."""
-        fd = self._segments.get(path)
-        if fd is not None:
-            self._segments.move_to_end(path)
-            return fd
+    def open_segment(self, path: str, inode: int) -> int | None:
+        """An fd for a segment another shard owns, cached; None if that file is gone
+        (deleted, or another file at its path: a topic deleted and made again)."""
+        cached = self._segments.get(path)
+        if cached is not None:
+            fd, cached_inode = cached
+            if cached_inode == inode:
+                self._segments.move_to_end(path)
+                return fd
+            os.close(self._segments.pop(path)[0])
         try:
             fd = os.open(path, os.O_RDONLY)
         except FileNotFoundError:
             return None
-        self._segments[path] = fd
+        if os.fstat(fd).st_ino != inode:
+            os.close(fd)
+            return None
+        self._segments[path] = (fd, inode)
         if len(self._segments) > limits.remote_segment_fds_max:
-            _, oldest = self._segments.popitem(last=False)
+            _, (oldest, _) = self._segments.popitem(last=False)
             os.close(oldest)
         return fd
 
     def forget_segments(self, prefix: str) -> None:
         """Close cached fds under `prefix` (a deleted topic's partition directory)."""
         for path in [p for p in self._segments if p.startswith(prefix)]:
-            os.close(self._segments.pop(path))
+            os.close(self._segments.pop(path)[0])
 
     def close(self) -> None:
-        for fd in self._segments.values():
+        for fd, _ in self._segments.values():
             os.close(fd)
         self._segments.clear()
 

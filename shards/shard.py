@@ -4,9 +4,11 @@ Started by the supervisor as `python -m shards.shard --shard N --shards M ...`. 
 itself to its core, binds the actor runtime to its loop, joins the pipe mesh of the node's
 shards, and starts its actors: a Partition per partition it owns (shards/shard_table.py), a
 GroupCoordinator, and on shard 0 the Controller (which owns the topic table and sends every
-change to all shards) and the Spark reader endpoint. It listens on the Kafka port with
-SO_REUSEPORT, so the kernel spreads connections over the shards; each accepted socket becomes
-a Connection actor.
+change to all shards) and the Spark reader endpoint. It accepts Kafka connections on the
+listening socket the supervisor bound for it (shards/ports.py: one per shard, SO_REUSEPORT, so
+the kernel spreads connections over the shards); each accepted socket becomes a Connection
+actor, up to the shard's share of `kafka_connections_max`. Its stats endpoint
+(shards/stats.py) answers the supervisor's /metrics and health scrapes.
 
 This class also implements `actors.services.Services`: it is how actors reach each other, on
 this shard or, through the Router's stand-ins, on another (shards/remote.py), and the I/O
@@ -28,6 +30,8 @@ import signal
 import socket
 import sys
 import threading
+import time
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -39,6 +43,7 @@ from actors.connection import Connection
 from actors.controller import Controller, load_cluster_id, load_topic_table
 from actors.group import OFFSETS_TOPIC, offsets_partition
 from actors.group.coordinator import GroupCoordinator
+from actors.metrics import ShardMetrics
 from actors.partition import Delete, Partition, UpdateSettings
 from actors.runtime import bind_loop, stop_all_actors
 from actors.services import BrokerSettings, TopicTable
@@ -48,18 +53,21 @@ from shards.arena import ArenaLease, ArenaSet
 from shards.config import NodeConfig
 from shards.io_pool import IoPool
 from shards.memory import MemoryBudget
-from shards.pipes import ZmqPipeMesh
+from shards.pipes import PipeBroken, ZmqPipeMesh
 from shards.reader import ReaderEndpoint
 from shards.remote import RemoteController, RemoteCoordinator, RemotePartition
 from shards.router import Router
 from shards.shard_table import shard_of
+from shards.stats import StatsEndpoint
 from shards.threads import demote_helper_threads
+from shards.watch import WatchService
 
 __all__ = ["Shard", "main"]
 
 log = logging.getLogger(__name__)
 
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
+EXIT_PIPE_BROKEN = 70  # EX_SOFTWARE: a shard stopped itself on a broken invariant
 
 
 class Shard:
@@ -70,7 +78,11 @@ class Shard:
         shards: int,
         run_dir: str,
         arena_fds: list[int] | None = None,
+        listen_fd: int | None = None,
+        reader_fd: int | None = None,
     ) -> None:
+        """`listen_fd`: the Kafka listening socket the supervisor bound for this shard (None:
+        it accepts no connections); `reader_fd`: shard 0's Spark reader socket."""
         self.config = config
         self.shard_id = shard_id
         self.shards = shards
@@ -90,12 +102,25 @@ class Shard:
             shards=shards,
             offsets_topic_partitions=config.offsets_topic_partitions,
             group_initial_rebalance_delay_ms=config.group_initial_rebalance_delay_ms,
+            partitions_max=config.topic_partitions_per_shard * shards,
         )
+        self.metrics = None if config.disable_metrics else ShardMetrics()
+        self._listen_fd = listen_fd
+        self._reader_fd = reader_fd
+        accepting = config.kafka_shards or shards
+        self._connections_max = max(1, config.kafka_connections_max // accepting)
+        self._connection_count = 0
+        self._refused_connections = 0
+        self._stats: StatsEndpoint | None = None
+        self._ready = False
+        self._started = time.time()
+        self.exit_code = 0  # what the process exits with once the loop stops
         self.loop = asyncio.new_event_loop()
         self._io = IoPool(
             self.loop, limits.io_threads, f"shard{shard_id}-io", limits.io_calls_per_job
         )
         self._table = TopicTable()
+        self.long_polls = WatchService(shard_id, self.owner_of)
         self._partitions: dict[tuple[str, int], ActorRef[Any]] = {}  # owned here
         self._remote_partitions: dict[tuple[str, int], RemotePartition] = {}
         self._topic_settings: dict[str, TopicSettings] = {}
@@ -225,13 +250,14 @@ class Shard:
         self._topic_settings.pop(name, None)
         for index in range(partitions):
             self._remote_partitions.pop((name, index), None)
+            directory = Path(self.settings.data_dir) / f"{name}-{index}"
             ref = self._partitions.pop((name, index), None)
             if ref is not None:
-                ref.tell(Delete())
-            elif self._router is not None:
-                self._router.forget_segments(
-                    str(Path(self.settings.data_dir) / f"{name}-{index}") + "/"
-                )
+                ref.tell(Delete(_move_to_trash(directory)))
+            else:
+                self.long_polls.gone(name, index)
+                if self._router is not None:
+                    self._router.forget_segments(str(directory) + "/")
 
     # Serving ------------------------------------------------------------------------------
 
@@ -246,10 +272,14 @@ class Shard:
                 self.loop,
                 self._on_pipe_message,
                 on_backlog=lambda _target, _bytes: self.memory.wake(),
+                on_broken=self.pipe_broken,
             )
             self._router = Router(self, self._mesh, self._arenas)
+            self.long_polls.bind(self._router, lambda t, i: (t, i) in self._partitions)
         if self.shard_id == 0:
-            self._controller = Controller.start(self.settings, self.publish_topics)
+            self._controller = Controller.start(
+                self.settings, self.publish_topics, self.run_blocking
+            )
         else:
             assert self._router is not None
             self._controller = RemoteController(self._router)
@@ -257,12 +287,19 @@ class Shard:
             # on the pipe from shard 0, in order.
             self.on_topics_changed(load_topic_table(self.settings.data_dir))
         self._group_coordinator = GroupCoordinator.start(self, self._owns_offsets_partition)
-        accepting = self.config.kafka_shards
-        if accepting == 0 or self.shard_id < accepting:
-            self._listener = _listen(self.config.listen)
+        if self._listen_fd is not None:
+            self._listener = socket.socket(fileno=self._listen_fd)
+            self._listener.setblocking(False)
             self.loop.add_reader(self._listener.fileno(), self._accept)
-        if self.shard_id == 0:
-            self._start_reader()
+        if self._reader_fd is not None:
+            self._reader = ReaderEndpoint(
+                self, self.loop, self.config.reader_listen, _reader_advertised(self.config),
+                listening_fd=self._reader_fd,
+            )
+        self._stats_context = zmq.Context(io_threads=1)
+        self._stats = StatsEndpoint(
+            self.loop, self._stats_context, self.run_dir, self.shard_id, self.snapshot
+        )
         for signum in (signal.SIGTERM, signal.SIGINT):
             self.loop.add_signal_handler(signum, self.stop)
         # ZeroMQ's I/O threads exist now (the pool's get the policy as they start).
@@ -277,19 +314,50 @@ class Shard:
             port,
             self.settings.data_dir,
         )
+        self._ready = True
 
-    def _start_reader(self) -> None:
-        # A node whose reader port is taken still serves Kafka: Spark is an add-on.
-        try:
-            self._reader = ReaderEndpoint(
-                self, self.loop, self.config.reader_listen, _reader_advertised(self.config)
-            )
-        except zmq.ZMQError as e:
-            log.error("shard 0: no Spark reader on %s:%d: %s", *self.config.reader_listen, e)
+    def snapshot(self) -> dict[str, Any]:
+        """What this shard reports to the supervisor's admin server (shards/stats.py)."""
+        router = self._router
+        arena = self._arenas.own if self._arenas is not None else None
+        return {
+            "shard": self.shard_id,
+            "pid": os.getpid(),
+            "ready": self._ready and not self._stopping,
+            "uptime_s": time.time() - self._started,
+            "topics_version": self._table.version,
+            "topics": [[name, info.partitions] for name, info in self._table.topics.items()],
+            "partitions": [
+                [topic, index, state.high_watermark, state.log_start_offset]
+                for (topic, index), state in self.long_polls.table.published().items()
+            ],
+            "memory_in_flight": self.memory.in_flight_bytes,
+            "memory_backlog": self._pipe_backlog_bytes(),
+            "memory_limit": self.memory.limit_bytes,
+            "long_poll_watches": self.long_polls.table.waiting(),
+            "watch_subscriptions": self.long_polls.subscriptions,
+            "cross_shard_pending": router.pending_calls if router is not None else 0,
+            "arena_used": arena.used if arena is not None else 0,
+            "arena_regions": arena.live_regions if arena is not None else 0,
+            "io_outstanding": self._io.outstanding,
+            "connections_refused": self._refused_connections,
+            "metrics": None if self.metrics is None else self.metrics.snapshot(),
+        }
 
     def _on_pipe_message(self, source: int, header: Any, frames: list[Any]) -> None:
         assert self._router is not None
-        self._router.on_message(source, header, frames)
+        try:
+            self._router.on_message(source, header, frames)
+        except PipeBroken as e:
+            self.pipe_broken(source, str(e))
+
+    def pipe_broken(self, source: int, reason: str) -> None:
+        """A message from shard `source` cannot be read: our bug, and the request it carried
+        can never be answered. Fail fast, as Seastar does: this shard exits, the supervisor
+        stops the node, and nothing acknowledged is lost (acks follow fdatasync)."""
+        log.critical("pipe from shard %d broken: %s; stopping the node", source, reason)
+        self.exit_code = EXIT_PIPE_BROKEN
+        self.stop()
 
     def _pipe_backlog_bytes(self) -> int:
         mesh = self._mesh
@@ -307,7 +375,26 @@ class Shard:
             except OSError as e:
                 log.warning("accept failed: %s", e)
                 return
+            if self._connection_count >= self._connections_max:
+                self._refuse(sock)
+                continue
+            self._connection_count += 1
             Connection.start(sock, self)
+
+    def connection_closed(self) -> None:
+        self._connection_count -= 1
+
+    def _refuse(self, sock: socket.socket) -> None:
+        """Over the connection limit: close at once (the client backs off and retries)."""
+        sock.close()
+        self._refused_connections += 1
+        if self._refused_connections % limits.refused_connections_log_every == 1:
+            log.warning(
+                "shard %d: %d connections open, the most it takes (kafka_connections_max "
+                "%d over %d shards): refused %d so far",
+                self.shard_id, self._connection_count, self.config.kafka_connections_max,
+                self.config.kafka_shards or self.shards, self._refused_connections,
+            )  # fmt: skip
 
     def stop(self) -> None:
         if self._stopping:
@@ -320,11 +407,16 @@ class Shard:
         if self._reader is not None:
             self._reader.close()
             self._reader = None
+        if self._stats is not None:
+            self._stats.close()
+            self._stats = None
         stop_all_actors()
         self.loop.call_soon(self._check_stopped, self.loop.time() + limits.shard_drain_timeout_s)
 
     def _check_stopped(self, deadline: float) -> None:
-        if ActorRegistry.get_all() and self.loop.time() < deadline:
+        # Partitions close their logs when their last flush returns: wait for the pool too.
+        busy = ActorRegistry.get_all() or self._io.busy
+        if busy and self.loop.time() < deadline:
             self.loop.call_later(0.01, self._check_stopped, deadline)
             return
         self.loop.stop()
@@ -336,6 +428,10 @@ class Shard:
         finally:
             if self._reader is not None:
                 self._reader.close()
+            if self._stats is not None:
+                self._stats.close()
+            if self._stats_context is not None:
+                self._stats_context.term()
             self._io.shutdown()
             if self._router is not None:
                 self._router.close()
@@ -345,24 +441,27 @@ class Shard:
         log.info("shard %d stopped", self.shard_id)
 
 
+TRASH_SUFFIX = "-delete"
+
+
+def _move_to_trash(directory: Path) -> Path:
+    """Rename a deleted partition's directory out of the way (as Kafka does), so a topic of
+    the same name can be created at once; the partition removes it off the loop. Start-up
+    removes any left by a crash (shards/supervisor.py)."""
+    trash = directory.with_name(f"{directory.name}.{uuid.uuid4().hex}{TRASH_SUFFIX}")
+    try:
+        os.rename(directory, trash)
+    except FileNotFoundError:
+        pass
+    return trash
+
+
 def _reader_advertised(config: NodeConfig) -> str:
     """The reader address the Spark source is told to connect to (never a wildcard)."""
     host, port = config.reader_listen
     if host in ("0.0.0.0", "::", ""):
         host = config.advertise[0]
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-
-
-def _listen(address: tuple[str, int]) -> socket.socket:
-    host, port = address
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-    sock.bind((host, port))
-    sock.listen(limits.listen_backlog)
-    sock.setblocking(False)
-    return sock
 
 
 def _raise_open_files_limit() -> None:
@@ -406,6 +505,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shards", type=int, default=1)
     parser.add_argument("--run-dir", default="")
     parser.add_argument("--arena-fds", default="", help="memfds of every shard's arena, in order")
+    parser.add_argument("--listen-fd", type=int, help="the Kafka listening socket to accept on")
+    parser.add_argument("--reader-fd", type=int, help="the Spark reader's listening socket")
     args = parser.parse_args(argv)
     config = NodeConfig.from_json(args.config_json)
     setup_logging(config.log_level, args.shard)
@@ -415,11 +516,15 @@ def main(argv: list[str] | None = None) -> int:
     threading.current_thread().name = f"shard{args.shard}"
     try:
         arena_fds = [int(fd) for fd in args.arena_fds.split(",")] if args.arena_fds else None
-        Shard(config, args.shard, args.shards, args.run_dir, arena_fds).run()
+        shard = Shard(
+            config, args.shard, args.shards, args.run_dir, arena_fds, args.listen_fd,
+            args.reader_fd,
+        )
+        shard.run()
     except OSError as e:
         log.error("shard %d cannot serve: %s", args.shard, e)
         return 1
-    return 0
+    return shard.exit_code
 
 
 if __name__ == "__main__":

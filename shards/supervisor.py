@@ -1,7 +1,11 @@
 """The node supervisor: starts one shard process per core, watches them, stops them.
 
 `krill start` lands here. The supervisor takes the data directory's lock (two nodes on one
-directory would corrupt it), starts the shard processes, and then only waits:
+directory would corrupt it) and every port of the node (shards/ports.py): a node whose Kafka,
+reader or admin address is taken by anything refuses to start, exit code 1, one line naming
+the address. It removes what a crash left of deleted topics, starts the shard processes, each
+with its listening socket, serves the admin HTTP endpoint (shards/admin.py) on a thread of its
+own, and then only waits:
 
 - SIGTERM/SIGINT: forward SIGTERM to every shard, wait for each to flush and exit (killing
   any that outlive `shard_stop_timeout_s`), exit 0.
@@ -17,18 +21,22 @@ import logging
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import IO
 
 from actors.controller import load_cluster_id
 from shards import limits
+from shards.admin import AdminServer, Node
 from shards.arena import create_arena_fds
 from shards.config import NodeConfig
-from shards.shard import setup_logging
+from shards.ports import PortTaken, kafka_listeners, listen_socket
+from shards.shard import TRASH_SUFFIX, setup_logging
 
 __all__ = ["run"]
 
@@ -43,19 +51,28 @@ def run(config: NodeConfig) -> int:
     if lock is None:
         print(f"krill: error: data directory {data_dir} is in use by another node", file=sys.stderr)
         return 1
+    try:
+        listeners, reader, admin_socket = _take_ports(config)
+    except PortTaken as e:
+        print(f"krill: error: {e}", file=sys.stderr)
+        lock.close()
+        return 1
+    _remove_trash(data_dir)
     shards = config.smp
     cores = sorted(os.sched_getaffinity(0))
     load_cluster_id(data_dir)  # made once, before any shard reads it
-    # The pipes' ipc:// sockets live here; a short path (sun_path holds 107 bytes).
+    # The pipes' and stats' ipc:// sockets live here; a short path (sun_path holds 107 bytes).
     run_dir = tempfile.mkdtemp(prefix="krill-")
-    stopping = False
+    wake = threading.Event()  # a signal came: look at the children, or stop
+    stopping = threading.Event()
 
-    def request_stop(signum: int, _frame: object) -> None:
-        nonlocal stopping
-        stopping = True
+    def request_stop(_signum: int, _frame: object) -> None:
+        stopping.set()
+        wake.set()
 
     signal.signal(signal.SIGTERM, request_stop)
     signal.signal(signal.SIGINT, request_stop)
+    signal.signal(signal.SIGCHLD, lambda _signum, _frame: wake.set())
     # One shared-memory arena per shard for cross-core produce batches; every shard maps all.
     arena_fds: list[int] = []
     if shards > 1 and config.pipe_arena_bytes:
@@ -63,26 +80,80 @@ def run(config: NodeConfig) -> int:
             arena_fds = create_arena_fds(shards, config.pipe_arena_bytes)
         except OSError as e:  # no memfd here: batches cross as pipe frames, slower but whole
             log.warning("no shared-memory arenas (%s); forwarded batches go as pipe frames", e)
-    children = []
+    children: list[subprocess.Popen[bytes]] = []
     try:
         for shard_id in range(shards):
             core = cores[shard_id % len(cores)]
             log.info("shard %d owns core %d", shard_id, core)
-            children.append(_start_shard(config, shard_id, shards, core, run_dir, arena_fds))
+            listen = listeners[shard_id] if shard_id < len(listeners) else None
+            children.append(
+                _start_shard(config, shard_id, shards, core, run_dir, arena_fds, listen,
+                             reader if shard_id == 0 else None)
+            )
     finally:
         for fd in arena_fds:
             os.close(fd)  # the shards hold their own copies
+        for sock in [*listeners, reader]:
+            sock.close()  # likewise: each shard accepts on its own
     host, port = config.listen
-    log.info("node %d listening on %s:%d with %d shard(s)", config.node_id, host, port, shards)
+    log.info("node %d listening on %s:%d with %d shard(s); admin on %s:%d", config.node_id,
+             host, port, shards, *config.admin_listen)
+    node = Node(
+        node_id=config.node_id,
+        data_dir=str(data_dir.resolve()),
+        kafka_address=f"{config.advertise[0]}:{config.advertise[1]}",
+        shards=shards,
+        run_dir=run_dir,
+        started=time.time(),
+        metrics_enabled=not config.disable_metrics,
+        shard_pids=lambda: [c.pid if c.poll() is None else None for c in children],
+    )
+    admin = AdminServer(admin_socket, node)
+    admin.start()
     try:
-        return _watch(children, lambda: stopping)
+        return _watch(children, wake, stopping)
     finally:
+        admin.close()
         shutil.rmtree(run_dir, ignore_errors=True)
         lock.close()
 
 
+def _take_ports(
+    config: NodeConfig,
+) -> tuple[list[socket.socket], socket.socket, socket.socket]:
+    """Bind every address of the node (shards/ports.py), or raise PortTaken for the first
+    that is taken, holding none."""
+    accepting = config.kafka_shards or config.smp
+    listeners = kafka_listeners(config.listen, accepting)
+    taken: list[socket.socket] = list(listeners)
+    try:
+        reader = listen_socket("Spark reader", config.reader_listen)
+        taken.append(reader)
+        admin = listen_socket("admin", config.admin_listen)
+    except PortTaken:
+        for sock in taken:
+            sock.close()
+        raise
+    return listeners, reader, admin
+
+
+def _remove_trash(data_dir: Path) -> None:
+    """Directories of deleted partitions that a crash left behind (shards/shard.py)."""
+    for path in data_dir.glob(f"*{TRASH_SUFFIX}"):
+        if path.is_dir():
+            log.info("removing %s, left by a topic deletion", path.name)
+            shutil.rmtree(path, ignore_errors=True)
+
+
 def _start_shard(
-    config: NodeConfig, shard_id: int, shards: int, core: int, run_dir: str, arena_fds: list[int]
+    config: NodeConfig,
+    shard_id: int,
+    shards: int,
+    core: int,
+    run_dir: str,
+    arena_fds: list[int],
+    listener: socket.socket | None,
+    reader: socket.socket | None,
 ) -> subprocess.Popen[bytes]:
     command = [
         sys.executable,
@@ -101,20 +172,30 @@ def _start_shard(
         "--run-dir",
         run_dir,
     ]
+    fds = list(arena_fds)
     if arena_fds:
         command += ["--arena-fds", ",".join(map(str, arena_fds))]
+    if listener is not None:
+        command += ["--listen-fd", str(listener.fileno())]
+        fds.append(listener.fileno())
+    if reader is not None:
+        command += ["--reader-fd", str(reader.fileno())]
+        fds.append(reader.fileno())
     # The shard ignores the terminal's SIGINT: the supervisor decides when it stops.
-    return subprocess.Popen(command, preexec_fn=_ignore_sigint, pass_fds=arena_fds)
+    return subprocess.Popen(command, preexec_fn=_ignore_sigint, pass_fds=fds)
 
 
 def _ignore_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
-def _watch(children: list[subprocess.Popen[bytes]], stopping: object) -> int:
-    assert callable(stopping)
+def _watch(
+    children: list[subprocess.Popen[bytes]], wake: threading.Event, stopping: threading.Event
+) -> int:
     while True:
-        if stopping():
+        wake.wait(limits.supervisor_poll_s)  # SIGCHLD or SIGTERM wake it at once
+        wake.clear()
+        if stopping.is_set():
             log.info("stopping node")
             _stop_all(children)
             return 0
@@ -125,7 +206,6 @@ def _watch(children: list[subprocess.Popen[bytes]], stopping: object) -> int:
                 log.error("shard %d (pid %d) %s; stopping the node", shard_id, child.pid, how)
                 _stop_all(children)
                 return 1
-        time.sleep(0.05)
 
 
 def _stop_all(children: list[subprocess.Popen[bytes]]) -> None:

@@ -189,6 +189,7 @@ def add_topic_commands(subparsers: Any) -> None:
     )
     p.set_defaults(func=consume)
 
+    brokers_argument(topic)
     for leaf in commands.choices.values():
         brokers_argument(leaf)
 

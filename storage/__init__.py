@@ -15,6 +15,7 @@ from storage.log import (
     OffsetOutOfRange,
 )
 from storage.memory_log import MemoryLog
+from storage.page_cache import NotCached
 
 __all__ = [
     "AppendResult",
@@ -24,5 +25,6 @@ __all__ = [
     "Log",
     "LogConfig",
     "MemoryLog",
+    "NotCached",
     "OffsetOutOfRange",
 ]

@@ -40,6 +40,14 @@ time_index_entry_bytes = 12
 # (one entry per batch at worst, a batch being at least a header).
 index_file_bytes_max = (segment_bytes_max // batch_header_bytes + 1) * time_index_entry_bytes
 
+# Reads on a shard's loop (storage/page_cache.py) -------------------------------------------
+
+# A batch header missing from the page cache brings in this much from there on the I/O pool:
+# the headers a lookup scans next and, usually, the batches a fetch then sends.
+cold_read_ahead_bytes = 1024 * 1024
+# Bytes one warming read call takes (each I/O thread keeps one buffer this large).
+warm_read_bytes = 256 * 1024
+
 # Recovery ---------------------------------------------------------------------------------
 
 # Recovery reads a segment in chunks this large to check CRCs without loading the whole file.

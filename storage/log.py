@@ -15,7 +15,10 @@ the previous batch's last offset. Example: next_offset 10, batches of 3 and 2 re
 bases 10 and 13, AppendResult(base_offset=10, last_offset=14), next_offset 15.
 
 Reads return whole batches from one segment, starting with the batch that holds the offset.
-DiskLog returns a FileSlice for os.sendfile; the slice's fd stays open until `close()`.
+DiskLog returns a FileSlice for os.sendfile; the slice's fd stays open until `close()`. A read
+with `nowait` (a shard's loop) never waits on the disk: a header it needs or the slice it
+would return that is not in the page cache raises `NotCached`, naming what to warm first
+(storage/page_cache.py).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from pathlib import Path
 from typing import NamedTuple, Protocol
 
 from storage import limits
+from storage.page_cache import NotCached, cached
 from storage.recovery import open_segments
 from storage.segment import BatchInfo, Segment
 from wire.record_batch import BatchHeader, patch_base_offset
@@ -69,6 +73,10 @@ class FileSlice:
     # The segment file, so another shard process can open it and send the same bytes
     # (an fd means nothing outside the process that opened it).
     path: str = ""
+    # Offsets the slice spans: its records, with control records and compacted gaps.
+    records: int = 0
+    # The file's inode: a deleted topic's segment and a new one at the same path differ.
+    inode: int = 0
 
     def read(self) -> bytes:
         data = os.pread(self.fd, self.length, self.position)
@@ -117,10 +125,14 @@ class Log(Protocol):
     def flush_complete(self, ticket: FlushTicket) -> None: ...
     def flush(self) -> None: ...
     def read(
-        self, offset: int, max_bytes: int, max_offset: int
+        self, offset: int, max_bytes: int, max_offset: int, nowait: bool = False
     ) -> FileSlice | memoryview | None: ...
-    def read_bytes(self, offset: int, max_bytes: int, max_offset: int) -> bytes: ...
-    def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None: ...
+    def read_bytes(
+        self, offset: int, max_bytes: int, max_offset: int, nowait: bool = False
+    ) -> bytes: ...
+    def offset_for_timestamp(
+        self, timestamp_ms: int, nowait: bool = False
+    ) -> tuple[int, int] | None: ...
     def max_timestamp(self) -> tuple[int, int] | None: ...
     def iter_batch_headers(self, from_offset: int = 0) -> Iterator[BatchHeader]: ...
     def truncate(self, offset: int) -> None: ...
@@ -319,27 +331,39 @@ class DiskLog(FlushAccounting):
             i += 1
         return i
 
-    def read(self, offset: int, max_bytes: int, max_offset: int) -> FileSlice | None:
+    def read(
+        self, offset: int, max_bytes: int, max_offset: int, nowait: bool = False
+    ) -> FileSlice | None:
         self._check_range(offset)
         max_offset = min(max_offset, self.next_offset)
         if offset >= max_offset:
             return None
         segment = self._segments[self._segment_index(offset)]
-        first = segment.find(offset)
+        first = segment.find(offset, nowait)
         if first is None or first.last_offset >= max_offset:
             return None
-        end = segment.end_position(first.position, max_bytes, max_offset)
+        end, end_offset = segment.end_position(first.position, max_bytes, max_offset, nowait)
         if end == first.position:  # KIP-74: an oversized first batch goes out alone
-            end = first.position + first.size
-        return FileSlice(segment.fd, first.position, end - first.position, str(segment.log_path))
+            end, end_offset = first.position + first.size, first.next_offset
+        length = end - first.position
+        if nowait and not cached(segment.fd, first.position, length):
+            raise NotCached(segment.fd, first.position, length)
+        records = end_offset - first.base_offset
+        return FileSlice(
+            segment.fd, first.position, length, str(segment.log_path), records, segment.inode
+        )
 
-    def read_bytes(self, offset: int, max_bytes: int, max_offset: int) -> bytes:
-        region = self.read(offset, max_bytes, max_offset)
+    def read_bytes(
+        self, offset: int, max_bytes: int, max_offset: int, nowait: bool = False
+    ) -> bytes:
+        region = self.read(offset, max_bytes, max_offset, nowait)
         return b"" if region is None else region.read()
 
-    def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
+    def offset_for_timestamp(
+        self, timestamp_ms: int, nowait: bool = False
+    ) -> tuple[int, int] | None:
         for segment in self._segments:
-            found = segment.offset_for_timestamp(timestamp_ms)
+            found = segment.offset_for_timestamp(timestamp_ms, nowait)
             if found is not None:
                 return found
         return None

@@ -109,7 +109,9 @@ class MemoryLog(FlushAccounting):
             i += 1
         return i
 
-    def read(self, offset: int, max_bytes: int, max_offset: int) -> memoryview | None:
+    def read(
+        self, offset: int, max_bytes: int, max_offset: int, nowait: bool = False
+    ) -> memoryview | None:
         if not self.log_start_offset <= offset <= self.next_offset:
             raise OffsetOutOfRange(
                 f"offset {offset} outside {self.log_start_offset}..{self.next_offset}")
@@ -126,11 +128,15 @@ class MemoryLog(FlushAccounting):
             total += header.size
         return memoryview(b"".join(chosen)) if chosen else None
 
-    def read_bytes(self, offset: int, max_bytes: int, max_offset: int) -> bytes:
+    def read_bytes(
+        self, offset: int, max_bytes: int, max_offset: int, nowait: bool = False
+    ) -> bytes:
         region = self.read(offset, max_bytes, max_offset)
         return b"" if region is None else bytes(region)
 
-    def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
+    def offset_for_timestamp(
+        self, timestamp_ms: int, nowait: bool = False
+    ) -> tuple[int, int] | None:
         for header in self.iter_batch_headers(self.log_start_offset):
             if header.max_timestamp >= timestamp_ms:
                 return header.base_offset, header.max_timestamp

@@ -10,6 +10,8 @@ files hold data not yet handed to a flush ticket. It never syncs anything itself
 
 Lookup: `index.lookup(offset - base)` gives a position at or before the batch holding the
 offset, then batch headers are read forward from there (at most ~index_interval_bytes).
+With `nowait` (reads on a shard's loop) a header not in the page cache raises
+`page_cache.NotCached` instead of waiting for the disk.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import NamedTuple
 
 from storage import limits
 from storage.index import OffsetIndex, TimeIndex
+from storage.page_cache import read_nowait
 from wire.record_batch import BatchHeader, read_header
 
 __all__ = ["BatchInfo", "Segment", "header_at_position", "segment_path"]
@@ -47,7 +50,9 @@ class Segment:
         self.time_index = TimeIndex(segment_path(directory, base_offset, ".timeindex"))
         self.index_interval_bytes = index_interval_bytes
         self.fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT, 0o644)
-        self.size = os.fstat(self.fd).st_size  # bytes of whole batches (recovery cuts the rest)
+        stat = os.fstat(self.fd)
+        self.size = stat.st_size  # bytes of whole batches (recovery cuts the rest)
+        self.inode = stat.st_ino  # tells this file from a later one at the same path
         self.next_offset = base_offset
         self.max_timestamp = -1
         self.offset_of_max_timestamp = base_offset
@@ -64,42 +69,51 @@ class Segment:
 
     # Reading -------------------------------------------------------------------------------
 
-    def header_at(self, position: int) -> BatchHeader:
+    def header_at(self, position: int, nowait: bool = False) -> BatchHeader:
         assert 0 <= position < self.size, (self, position)
-        return header_at_position(
-            read_header(os.pread(self.fd, limits.batch_header_bytes, position)), position)
+        size = limits.batch_header_bytes
+        if nowait:
+            data = read_nowait(self.fd, size, position, limits.cold_read_ahead_bytes)
+        else:
+            data = os.pread(self.fd, size, position)
+        return header_at_position(read_header(data), position)
 
-    def headers_from(self, position: int) -> Iterator[BatchHeader]:
+    def headers_from(self, position: int, nowait: bool = False) -> Iterator[BatchHeader]:
         while position < self.size:
-            header = self.header_at(position)
+            header = self.header_at(position, nowait)
             yield header
             position += header.size
 
-    def find(self, offset: int) -> BatchHeader | None:
+    def find(self, offset: int, nowait: bool = False) -> BatchHeader | None:
         """The batch holding `offset`, else the first batch after it, else None."""
         _, position = self.index.lookup(offset - self.base_offset)
-        for header in self.headers_from(position):
+        for header in self.headers_from(position, nowait):
             if header.next_offset > offset:
                 return header
         return None
 
-    def end_position(self, start: int, max_bytes: int, max_offset: int) -> int:
+    def end_position(self, start: int, max_bytes: int, max_offset: int,
+                     nowait: bool = False) -> tuple[int, int]:
         """End of the run of whole batches from `start` that fit in max_bytes and end
-        below max_offset; == start when not even the first batch fits."""
+        below max_offset (== start when not even the first batch fits), and the offset the
+        run ends at: the base offset of the first batch left out."""
         limit = start + max_bytes
         if max_offset >= self.next_offset and limit >= self.size:
-            return self.size  # the tailing consumer's case: everything to the end fits
+            # The tailing consumer's case: everything to the end fits.
+            return self.size, self.next_offset
         _, position = self.index.last_entry_at_or_before(max_offset - self.base_offset, limit)
         # Every batch before an entry with base <= max_offset and position <= limit qualifies.
         position = max(position, start)
         while position < self.size:
-            header = self.header_at(position)
+            header = self.header_at(position, nowait)
             if header.last_offset >= max_offset or position + header.size > limit:
-                break
+                return position, header.base_offset
             position += header.size
-        return position
+        return position, self.next_offset
 
-    def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
+    def offset_for_timestamp(
+        self, timestamp_ms: int, nowait: bool = False
+    ) -> tuple[int, int] | None:
         """(base offset, max timestamp) of the first batch whose max timestamp >= timestamp_ms."""
         if self.is_empty or self.max_timestamp < timestamp_ms:
             return None
@@ -107,7 +121,7 @@ class Segment:
         # Every batch up to entry i-1's batch has a max timestamp below the target.
         start_relative = self.time_index.values[i - 1] if i > 0 else 0
         _, position = self.index.lookup(start_relative)
-        for header in self.headers_from(position):
+        for header in self.headers_from(position, nowait):
             if header.max_timestamp >= timestamp_ms:
                 return header.base_offset, header.max_timestamp
         raise AssertionError(f"{self}: max timestamp {self.max_timestamp} not found by scan")

@@ -165,8 +165,24 @@ class GroupCoordinator(LoopActor):
     # Lifecycle --------------------------------------------------------------------------------
 
     def on_start(self) -> None:
+        if self.services.metrics is not None:
+            self.services.metrics.register("groups", self._groups_snapshot)
         if OFFSETS_TOPIC in self.services.topics().topics:
             self._begin_load()
+
+    def _groups_snapshot(self) -> dict[str, Any]:
+        """For the metrics (committed offsets, members, state per group): consumer lag is
+        the partitions' high watermarks less these."""
+        snapshot: dict[str, Any] = {}
+        for group_id in self._groups.keys() | self._offsets.keys():
+            group = self._groups.get(group_id)
+            offsets = self._offsets.get(group_id, {})
+            snapshot[group_id] = {
+                "state": group.state.value if group is not None else "Empty",
+                "members": group.member_count if group is not None else 0,
+                "offsets": [[topic, p, value.offset] for (topic, p), value in offsets.items()],
+            }
+        return snapshot
 
     def on_stop(self) -> None:
         for handle in self._timers.values():

@@ -135,6 +135,10 @@ class Group:
         return list(self._members)
 
     @property
+    def member_count(self) -> int:
+        return len(self._members)
+
+    @property
     def pending_member_ids(self) -> list[str]:
         return list(self._pending)
 

@@ -8,8 +8,12 @@ by id and are not offered yet (librdkafka falls back to 12, CLIENTS.md gotcha 9)
 Fetch sessions are declined: the answer always carries SessionId 0, so clients keep sending
 full fetches (gotcha 8). Each partition's owner answers where the bytes are; the connection
 sends them with sendfile. Whole batches only: a fetch inside a batch returns the whole batch.
-A long poll waits until `min_bytes` are there or `max_wait_ms` passes, woken by
-high-watermark notices from the partitions, never by polling.
+
+A long poll waits until `min_bytes` are there or `max_wait_ms` passes. It registers one watch
+per partition in the shard's watermark table (actors/watermarks.py), woken when a partition's
+high watermark passes what this request read; the first wake cancels the others and reads
+again. Every watch and the timer are released when the request answers, and when its
+connection closes first: an idle long poll holds nothing once it is over.
 """
 
 from __future__ import annotations
@@ -19,8 +23,10 @@ from typing import Any
 
 from actors import limits
 from actors.handlers.join import Join, send
-from actors.partition import FetchBudget, Read, ReadResult, WatchHighWatermark
+from actors.metrics import ShardMetrics
+from actors.partition import FetchBudget, Read, ReadResult
 from actors.runtime import current_loop
+from storage import FileSlice
 from wire.errors import ErrorCode
 from wire.messages.fetch import FetchRequest, FetchResponse
 
@@ -56,52 +62,106 @@ class _Fetch:
         self.min_bytes = request.min_bytes
         wait_ms = min(max(request.max_wait_ms, 0), limits.fetch_wait_ms_max)
         self.deadline = time.monotonic() + wait_ms / 1000
-        self.round = 0
         self.timer: Any = None
+        self.watches: list[tuple[str, int, int]] = []  # (topic, partition, token) registered
         self.last_results: list[ReadResult] = []  # what the round before the wait read
+        self.done = False
 
     def read(self) -> None:
-        self.round += 1
+        """One round: a Read to each partition's actor, except those the shard's watermark
+        table answers (missing, or idle at the offset asked); `read_done` when all are in."""
+        results: list[ReadResult | None] = [None] * len(self.parts)
+        to_read: list[int] = []
+        idle_read = self.ctx.services.long_polls.idle_read
+        for index, ((topic, p), ref) in enumerate(zip(self.parts, self.refs, strict=True)):
+            if ref is None:
+                results[index] = ReadResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+                continue
+            idle = idle_read(topic, p.partition, p.fetch_offset, p.current_leader_epoch)
+            if idle is None:
+                to_read.append(index)
+            else:  # a local partition with nothing past the offset: no message
+                results[index] = ReadResult(
+                    ErrorCode.NONE, idle.high_watermark, idle.log_start_offset
+                )
+        if not to_read:
+            self.read_done(results)  # type: ignore[arg-type]
+            return
+
+        def read_all(read: list[ReadResult]) -> None:
+            for index, result in zip(to_read, read, strict=True):
+                results[index] = result
+            self.read_done(results)  # type: ignore[arg-type]
+
         budget = FetchBudget(self.max_bytes)
-        join = Join(len(self.parts), self.read_done)
-        for index, ((_, p), ref) in enumerate(zip(self.parts, self.refs, strict=True)):
-            reply = join.slot(index)
+        join = Join(len(to_read), read_all)
+        for slot, index in enumerate(to_read):
+            p, reply = self.parts[index][1], join.slot(slot)
             read = Read(
                 p.fetch_offset, p.partition_max_bytes, p.current_leader_epoch, budget, reply
             )
-            if ref is None or not send(ref, read):
+            if not send(self.refs[index], read):
                 reply(ReadResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
 
     def read_done(self, results: list[ReadResult]) -> None:
+        if self.done:
+            return  # the connection closed while this round read
         total = sum(r.size for r in results)
         remaining = self.deadline - time.monotonic()
         enough = total >= self.min_bytes
         failed = any(r.error != ErrorCode.NONE for r in results)
         if enough or failed or remaining <= 0 or not self.parts:
-            self.ctx.respond(self.response(results))
+            self.finish(results)
             return
-        # Long poll: wait for any partition's high watermark to move, or the deadline.
-        wake_round = self.round
-        for ref in self.refs:
-            if ref is not None:
-                send(ref, WatchHighWatermark(lambda: self.wake(wake_round)))
-        self.timer = current_loop().call_later(remaining, self.expire, wake_round)
+        # Long poll: wait for any partition's high watermark to pass what this round saw.
         self.last_results = results
+        watch = self.ctx.services.long_polls.watch
+        for (topic, p), result in zip(self.parts, results, strict=True):
+            token = watch(topic, p.partition, result.high_watermark, self.wake)
+            if token is None:  # it moved since this round read it
+                self.cancel_watches()
+                current_loop().call_soon(self.wake)
+                return
+            self.watches.append((topic, p.partition, token))
+        if self.timer is None:
+            self.timer = current_loop().call_later(remaining, self.expire)
+            self.ctx.on_abort(self.abort)
 
-    def wake(self, wake_round: int) -> None:
-        if wake_round != self.round:
-            return  # a watcher from a round already over
+    def wake(self) -> None:
+        if self.done:
+            return
+        self.cancel_watches()
+        self.read()
+
+    def expire(self) -> None:
+        self.timer = None
+        if not self.done:
+            self.cancel_watches()
+            self.finish(self.last_results)
+
+    def abort(self) -> None:
+        """The connection closed before the answer: release everything this request holds."""
+        self.done = True
+        self.cancel_watches()
         if self.timer is not None:
             self.timer.cancel()
             self.timer = None
-        self.read()
 
-    def expire(self, wake_round: int) -> None:
-        if wake_round != self.round:
-            return
-        self.round += 1
-        self.timer = None
-        self.ctx.respond(self.response(self.last_results))
+    def cancel_watches(self) -> None:
+        cancel = self.ctx.services.long_polls.cancel
+        for topic, partition, token in self.watches:
+            cancel(topic, partition, token)
+        self.watches.clear()
+
+    def finish(self, results: list[ReadResult]) -> None:
+        self.done = True
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        metrics = self.ctx.services.metrics
+        if metrics is not None:
+            _count_fetched(metrics, self.parts, results)
+        self.ctx.respond(self.response(results))
 
     def response(self, results: list[ReadResult]) -> FetchResponse:
         topics: dict[str, list[PartitionData]] = {}
@@ -127,3 +187,15 @@ class _Fetch:
                 for name, partitions in topics.items()
             ],
         )
+
+
+def _count_fetched(metrics: ShardMetrics, parts: list[Any], results: list[ReadResult]) -> None:
+    """Bytes and records sent, per partition, by this shard (whoever owns the partition)."""
+    for (topic, p), result in zip(parts, results, strict=True):
+        records = result.records
+        if records is None:
+            continue
+        stats = metrics.partition(topic, p.partition)
+        stats.fetched_bytes += result.size
+        if isinstance(records, FileSlice):
+            stats.fetched_records += records.records

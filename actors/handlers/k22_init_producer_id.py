@@ -44,6 +44,15 @@ def handle(ctx: Any, request: InitProducerIdRequest) -> None:
         return
 
     def allocated(producer_id: int) -> None:
+        if producer_id < 0:  # none could be handed out now: the client retries
+            ctx.respond(
+                InitProducerIdResponse(
+                    error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                    producer_id=-1,
+                    producer_epoch=-1,
+                )
+            )
+            return
         ctx.respond(
             InitProducerIdResponse(
                 error_code=ErrorCode.NONE, producer_id=producer_id, producer_epoch=0

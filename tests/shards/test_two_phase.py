@@ -26,7 +26,6 @@ from actors.partition import (
     ProduceResult,
     Read,
     ReadResult,
-    WatchHighWatermark,
 )
 from actors.runtime import bind_loop, stop_all_actors
 from actors.services import BrokerSettings, TopicTable
@@ -36,6 +35,7 @@ from shards.arena import ArenaSet
 from shards.pipes import MemoryPipeNetwork
 from shards.remote import RemotePartition
 from shards.router import Router
+from shards.watch import WatchService
 from wire.errors import ErrorCode
 from wire.record_batch import iter_batches
 from wire.records import build_batch, iter_records
@@ -52,6 +52,8 @@ class FakeShard:
         self.settings = BrokerSettings(0, "127.0.0.1", 9092, str(data_dir), "cluster")
         self.partitions: dict[tuple[str, int], Any] = {}
         self.tables: list[TopicTable] = []
+        self.long_polls = WatchService(shard_id, lambda _topic, _index: 1)  # shard 1 owns all
+        self.metrics = None  # record nothing (disable_metrics)
 
     def local_partition(self, topic: str, index: int) -> Any:
         return self.partitions.get((topic, index))
@@ -105,9 +107,11 @@ def two_shards(
         )
         router = Router(shard, mesh, arenas[shard.shard_id])
         router_box.append(router)
+        shard.long_polls.bind(router, lambda t, i, shard=shard: (t, i) in shard.partitions)
         routers.append(router)
     settings = TopicSettings(1 << 30, 1 << 40, 1 << 20, False, False)
     shard1.partitions[("t", 0)] = Partition.start("t", 0, tmp_path / "t-0", settings, shard1)
+    shard0.two_shards_peer = shard1  # type: ignore[attr-defined]
     return routers[0], routers[1], shard1
 
 
@@ -196,14 +200,18 @@ def test_acks_0_gets_no_answer_but_frees_its_region(
 def test_read_watch_and_list_offsets_cross(
     loop: asyncio.AbstractEventLoop, two_shards: Any
 ) -> None:
-    router0, _router1, _ = two_shards
+    router0, _router1, shard1 = two_shards
+    watches0 = router0._shard.long_polls
     remote = RemotePartition(router0, 1, "t", 0)
     woken: list[bool] = []
-    remote.tell(WatchHighWatermark(lambda: woken.append(True)))
+    assert watches0.watch("t", 0, 0, lambda: woken.append(True)) is not None
     produced: list[ProduceResult] = []
     batch = build_batch([(b"k", b"hello", [])])
     remote.tell(Produce(memoryview(batch), iter_batches(batch), -1, produced.append))
     settle(loop, lambda: bool(produced) and bool(woken))
+    # The subscription was answered: nothing of it is left on either shard.
+    settle(loop, lambda: router0.pending_calls == 0)
+    assert watches0.table.waiting() == 0 and shard1.long_polls.table.waiting() == 0
 
     reads: list[ReadResult] = []
     budget = FetchBudget(1 << 20)
@@ -222,6 +230,61 @@ def test_read_watch_and_list_offsets_cross(
     remote.tell(ListOffset(-2, -1, offsets.append))
     settle(loop, lambda: len(offsets) == 2)
     assert [o.offset for o in offsets] == [1, 0]
+
+
+def test_many_waiting_watches_make_one_subscription(
+    loop: asyncio.AbstractEventLoop, two_shards: Any
+) -> None:
+    """A hundred long polls on one remote partition: one pipe call, one watch at the owner;
+    cancelled ones leave nothing behind but that one subscription, until the next move."""
+    router0, _router1, shard1 = two_shards
+    watches0 = router0._shard.long_polls
+    woken: list[int] = []
+    tokens = [watches0.watch("t", 0, 0, lambda i=i: woken.append(i)) for i in range(100)]
+    assert None not in tokens
+    settle(loop, lambda: shard1.long_polls.table.waiting(("t", 0)) == 1)
+    assert router0.pending_calls == 1 and watches0.subscriptions == 1
+    for token in tokens[:99]:
+        watches0.cancel("t", 0, token)  # type: ignore[arg-type]
+    assert watches0.table.waiting() == 1
+    remote = RemotePartition(router0, 1, "t", 0)
+    produced: list[ProduceResult] = []
+    batch = build_batch([(b"k", b"v", [])])
+    remote.tell(Produce(memoryview(batch), iter_batches(batch), -1, produced.append))
+    settle(loop, lambda: woken == [99])
+    settle(loop, lambda: router0.pending_calls == 0)
+    assert watches0.table.waiting() == 0 and shard1.long_polls.table.waiting() == 0
+    assert watches0.subscriptions == 0
+    # A watch that read less than the owner has now fires at once: nothing to register.
+    assert watches0.watch("t", 0, 0, lambda: None) is None
+
+
+def test_a_watch_newer_than_its_subscription_subscribes_again(
+    loop: asyncio.AbstractEventLoop, two_shards: Any
+) -> None:
+    """The subscription's answer wakes the watches it passes; one that read further (here:
+    past 1) stays, and a new subscription goes out for it at once."""
+    router0, _router1, shard1 = two_shards
+    watches0 = router0._shard.long_polls
+    remote = RemotePartition(router0, 1, "t", 0)
+    first: list[bool] = []
+    further: list[bool] = []
+    watches0.watch("t", 0, 0, lambda: first.append(True))
+    watches0.watch("t", 0, 1, lambda: further.append(True))
+    produced: list[ProduceResult] = []
+    for count, value in enumerate((b"one", b"two"), start=1):
+        batch = build_batch([(b"k", value, [])])
+        remote.tell(Produce(memoryview(batch), iter_batches(batch), -1, produced.append))
+        settle(loop, lambda n=count: len(produced) == n)
+        if value == b"one":
+            settle(loop, lambda: bool(first))
+            assert not further
+            # Subscribed again, from the watermark the answer carried.
+            settle(loop, lambda: shard1.long_polls.table.waiting(("t", 0)) == 1)
+            assert router0.pending_calls == 1
+    settle(loop, lambda: bool(further))
+    settle(loop, lambda: router0.pending_calls == 0)
+    assert watches0.table.waiting() == 0 and shard1.long_polls.table.waiting() == 0
 
 
 def test_missing_partition_answers_an_error(

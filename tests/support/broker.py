@@ -13,7 +13,11 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
+
+from prometheus_client.parser import text_string_to_metric_families
 
 __all__ = ["BrokerProcess", "free_port"]
 
@@ -39,6 +43,7 @@ class BrokerProcess:
         self.smp = smp or int(os.environ.get("KRILL_TEST_SMP", default))
         self.port = port or free_port()
         self.reader_port = free_port()  # the Spark reader endpoint (shards/reader.py)
+        self.admin_port = free_port()  # /metrics and health (shards/admin.py)
         self.extra_args = list(extra_args)
         self.log_path = data_dir.parent / f"{data_dir.name}-broker.log"
         self.process: subprocess.Popen[bytes] | None = None
@@ -50,6 +55,30 @@ class BrokerProcess:
     @property
     def reader_address(self) -> str:
         return f"127.0.0.1:{self.reader_port}"
+
+    @property
+    def admin_address(self) -> str:
+        return f"127.0.0.1:{self.admin_port}"
+
+    def admin_get(self, path: str, timeout_s: float = 10.0) -> tuple[int, bytes]:
+        """GET the admin endpoint: (status, body)."""
+        try:
+            with urllib.request.urlopen(
+                f"http://{self.admin_address}{path}", timeout=timeout_s
+            ) as response:
+                return response.status, response.read()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read()
+
+    def metrics(self) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+        """One /metrics scrape, parsed: (name, sorted labels) -> value."""
+        status, body = self.admin_get("/metrics")
+        assert status == 200, (status, body[:200])
+        samples = {}
+        for family in text_string_to_metric_families(body.decode()):
+            for sample in family.samples:
+                samples[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+        return samples
 
     def start(self) -> BrokerProcess:
         assert self.process is None, "already running"
@@ -68,6 +97,8 @@ class BrokerProcess:
                 str(self.smp),
                 "--reader-listen",
                 self.reader_address,
+                "--admin-port",
+                str(self.admin_port),
                 *self.extra_args,
             ],
             cwd=REPO,
@@ -76,7 +107,11 @@ class BrokerProcess:
             start_new_session=True,
         )
         log.close()
-        self._wait_ready()
+        try:
+            self._wait_ready()
+        except BaseException:
+            self.kill9()  # a node that did not come up is not left running
+            raise
         return self
 
     def _wait_ready(self) -> None:
@@ -85,12 +120,14 @@ class BrokerProcess:
             assert self.process is not None
             if self.process.poll() is not None:
                 raise RuntimeError(f"broker exited at start:\n{self.log()}")
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
+            try:  # every shard serves (shards/admin.py), as a load balancer would check
+                status, _ = self.admin_get("/v1/status/ready", timeout_s=2.0)
+                if status == 200:
                     return
             except OSError:
-                time.sleep(0.05)
-        raise RuntimeError(f"broker did not listen within {_START_TIMEOUT_S}s:\n{self.log()}")
+                pass
+            time.sleep(0.05)
+        raise RuntimeError(f"broker not ready within {_START_TIMEOUT_S}s:\n{self.log()}")
 
     def log(self) -> str:
         try:

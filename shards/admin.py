@@ -1,0 +1,483 @@
+"""The admin HTTP endpoint, served by the supervisor: metrics for Prometheus, health checks.
+
+    GET /metrics                    every metric, Prometheus text format
+    GET /public_metrics             the `redpanda_*` ones only (Redpanda's dashboards read them)
+    GET /v1/status/ready            200 once every shard serves, else 503 (load balancers)
+    GET /v1/status/live             200 while every shard process runs, else 503
+    GET /v1/cluster/health_overview is the cluster healthy: nodes down, leaderless partitions
+    GET /v1/node                    this node: id, addresses, shards, uptime
+
+The supervisor runs it on a thread of its own, off every shard's core loop. Each request for
+metrics or health asks every shard for a snapshot over its stats socket (shards/stats.py) and
+builds the answer from those: what a shard records costs it a counter increment
+(actors/metrics.py); formatting, summing and consumer-group lag (a partition's high watermark
+less a group's committed offset) happen here.
+
+Names follow Redpanda's public metrics where one exists (`redpanda_kafka_request_bytes_total`,
+`redpanda_kafka_max_offset`, `redpanda_kafka_consumer_group_lag_sum`, ...), with Redpanda's
+labels, so its dashboards work unchanged; the rest are `krill_*`, labelled by shard.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import msgpack
+import zmq
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+
+from actors.metrics import FLUSH_BYTES_BUCKETS, LATENCY_BUCKETS_S
+from shards import limits
+from shards.stats import stats_path
+from wire.messages import API_KEYS
+
+__all__ = ["AdminServer", "Node", "gather", "health_overview", "render_metrics"]
+
+log = logging.getLogger(__name__)
+
+_PRODUCE, _FETCH = 0, 1
+_NAMESPACE = "kafka"
+
+
+@dataclass(frozen=True)
+class Node:
+    """What the admin server knows of its node without asking a shard."""
+
+    node_id: int
+    data_dir: str
+    kafka_address: str
+    shards: int
+    run_dir: str
+    started: float
+    metrics_enabled: bool
+    shard_pids: Callable[[], list[int | None]]  # None: that shard's process is not running
+
+
+# Snapshots ----------------------------------------------------------------------------------
+
+
+def gather(node: Node, timeout_s: float = limits.stats_timeout_s) -> list[dict[str, Any] | None]:
+    """Every shard's snapshot, in shard order; None for a shard that did not answer in time."""
+    context: zmq.Context[Any] = zmq.Context.instance()
+    sockets = []
+    try:
+        for shard in range(node.shards):
+            sock = context.socket(zmq.DEALER)
+            sock.setsockopt(zmq.LINGER, 0)
+            sock.connect("ipc://" + stats_path(node.run_dir, shard))
+            sock.send(msgpack.packb({"q": "snapshot"}))
+            sockets.append(sock)
+        answers: list[dict[str, Any] | None] = [None] * node.shards
+        poller = zmq.Poller()
+        for sock in sockets:
+            poller.register(sock, zmq.POLLIN)
+        deadline = time.monotonic() + timeout_s
+        waiting = node.shards
+        while waiting and (left := deadline - time.monotonic()) > 0:
+            for sock, _ in poller.poll(int(left * 1000) + 1):
+                index = sockets.index(sock)
+                answers[index] = msgpack.unpackb(sock.recv(), strict_map_key=False)
+                poller.unregister(sock)
+                waiting -= 1
+        return answers
+    finally:
+        for sock in sockets:
+            sock.close(linger=0)
+
+
+def _proc(pid: int | None) -> dict[str, float]:
+    """Resident bytes, open fds and CPU seconds of one shard process, from /proc."""
+    if pid is None:
+        return {}
+    try:
+        with open(f"/proc/{pid}/statm") as f:
+            resident_pages = int(f.read().split()[1])
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        fds = len(os.listdir(f"/proc/{pid}/fd"))
+    except (OSError, ValueError, IndexError):
+        return {}
+    ticks = os.sysconf("SC_CLK_TCK")
+    return {
+        "resident_bytes": resident_pages * os.sysconf("SC_PAGE_SIZE"),
+        "open_fds": fds,
+        "cpu_seconds": (int(fields[11]) + int(fields[12])) / ticks,
+    }
+
+
+# Metrics ------------------------------------------------------------------------------------
+
+
+def _histogram(
+    family: HistogramMetricFamily, labels: list[str], counts: list[int], total: float,
+    bounds: tuple[float, ...],
+) -> None:
+    buckets = []
+    running = 0
+    for bound, count in zip((*bounds, float("inf")), counts, strict=True):
+        running += count
+        buckets.append(("+Inf" if bound == float("inf") else repr(bound), running))
+    family.add_metric(labels, buckets, total)
+
+
+class _Collector:
+    """Turns one scrape's snapshots into metric families (a prometheus_client collector)."""
+
+    def __init__(self, node: Node, snapshots: list[dict[str, Any] | None], public: bool) -> None:
+        self.node = node
+        self.snapshots = snapshots
+        self.public = public
+
+    def collect(self) -> Iterator[Metric]:
+        live = [(i, s) for i, s in enumerate(self.snapshots) if s is not None]
+        yield from self._public(live)
+        if not self.public:
+            yield from self._internal(live)
+
+    # redpanda_* ---------------------------------------------------------------------------
+
+    def _public(self, live: list[tuple[int, dict[str, Any]]]) -> Iterator[Metric]:
+        hwm: dict[tuple[str, int], int] = {}
+        for _, snapshot in live:
+            for topic, index, high_watermark, _ in snapshot["partitions"]:
+                hwm[(topic, index)] = high_watermark
+        metrics = [s["metrics"] for _, s in live if s.get("metrics") is not None]
+
+        by_topic: dict[str, list[int]] = {}  # bytes in, records in, bytes out, records out
+        for m in metrics:
+            for topic, _index, b_in, r_in, b_out, r_out in m["partitions"]:
+                sums = by_topic.setdefault(topic, [0, 0, 0, 0])
+                for i, value in enumerate((b_in, r_in, b_out, r_out)):
+                    sums[i] += value
+        request_bytes = CounterMetricFamily(
+            "redpanda_kafka_request_bytes", "Bytes produced to or fetched from a topic",
+            labels=["redpanda_namespace", "redpanda_topic", "redpanda_request"])
+        produced = CounterMetricFamily(
+            "redpanda_kafka_records_produced", "Records produced to a topic",
+            labels=["redpanda_namespace", "redpanda_topic"])
+        fetched = CounterMetricFamily(
+            "redpanda_kafka_records_fetched", "Records fetched from a topic",
+            labels=["redpanda_namespace", "redpanda_topic"])
+        for topic, (b_in, r_in, b_out, r_out) in sorted(by_topic.items()):
+            request_bytes.add_metric([_NAMESPACE, topic, "produce"], b_in)
+            request_bytes.add_metric([_NAMESPACE, topic, "consume"], b_out)
+            produced.add_metric([_NAMESPACE, topic], r_in)
+            fetched.add_metric([_NAMESPACE, topic], r_out)
+        yield from (request_bytes, produced, fetched)
+
+        max_offset = GaugeMetricFamily(
+            "redpanda_kafka_max_offset", "The partition's high watermark",
+            labels=["redpanda_namespace", "redpanda_topic", "redpanda_partition"])
+        partitions: dict[str, int] = {}
+        for (topic, index), high_watermark in sorted(hwm.items()):
+            max_offset.add_metric([_NAMESPACE, topic, str(index)], high_watermark)
+            partitions[topic] = partitions.get(topic, 0) + 1
+        yield max_offset
+        per_topic = GaugeMetricFamily(
+            "redpanda_kafka_partitions", "Partitions of a topic served by this node",
+            labels=["redpanda_namespace", "redpanda_topic"])
+        for topic, count in sorted(partitions.items()):
+            per_topic.add_metric([_NAMESPACE, topic], count)
+        yield per_topic
+        yield GaugeMetricFamily("redpanda_cluster_topics", "Topics", value=len(partitions))
+        yield GaugeMetricFamily("redpanda_cluster_partitions", "Partitions", value=len(hwm))
+        yield GaugeMetricFamily("redpanda_cluster_brokers", "Brokers in the cluster", value=1)
+
+        latency = HistogramMetricFamily(
+            "redpanda_kafka_request_latency_seconds",
+            "Latency of produce and fetch requests, from decode to answer",
+            labels=["redpanda_request"])
+        for key, name in ((_PRODUCE, "produce"), (_FETCH, "consume")):
+            counts, total = _sum_histograms(m["requests"].get(key) for m in metrics)
+            if counts:
+                _histogram(latency, [name], counts, total, LATENCY_BUCKETS_S)
+        yield latency
+        yield GaugeMetricFamily(
+            "redpanda_rpc_active_connections", "Open client connections",
+            labels=["redpanda_server"]
+        ) if not metrics else _gauge_with(
+            "redpanda_rpc_active_connections", "Open client connections", ["redpanda_server"],
+            [(["kafka"], sum(m["connections"] for m in metrics))])
+        yield from _group_metrics(metrics, hwm)
+        try:
+            disk = os.statvfs(self.node.data_dir)
+            yield GaugeMetricFamily("redpanda_storage_disk_free_bytes", "Free space on the data "
+                                    "directory's disk", value=disk.f_bavail * disk.f_frsize)
+            yield GaugeMetricFamily("redpanda_storage_disk_total_bytes", "Size of the data "
+                                    "directory's disk", value=disk.f_blocks * disk.f_frsize)
+        except OSError:
+            pass
+        yield CounterMetricFamily("redpanda_application_uptime_seconds", "Node uptime",
+                                  value=time.time() - self.node.started)
+
+    # krill_* ------------------------------------------------------------------------------
+
+    def _internal(self, live: list[tuple[int, dict[str, Any]]]) -> Iterator[Metric]:
+        shard_labels = ["shard"]
+        gauges = {
+            "memory_in_flight": ("krill_memory_in_flight_bytes",
+                                 "Request bytes read and not yet answered"),
+            "memory_backlog": ("krill_memory_pipe_backlog_bytes",
+                               "Bytes waiting for room in a full pipe to another shard"),
+            "memory_limit": ("krill_memory_budget_bytes",
+                             "In-flight bytes past which connections stop reading"),
+            "long_poll_watches": ("krill_long_poll_watches", "Long-poll fetches' waits"),
+            "watch_subscriptions": ("krill_long_poll_subscriptions",
+                                    "Subscriptions to other shards' watermarks"),
+            "cross_shard_pending": ("krill_cross_shard_calls_pending",
+                                    "Calls to other shards awaiting their answer"),
+            "arena_used": ("krill_arena_used_bytes", "Shared-memory arena bytes held"),
+            "arena_regions": ("krill_arena_regions", "Shared-memory arena regions held"),
+            "io_outstanding": ("krill_io_pool_outstanding", "Calls out on the I/O pool"),
+            "snapshot_seconds": ("krill_stats_snapshot_seconds",
+                                 "Loop time the last snapshot took"),
+        }
+        for key, (name, help_text) in gauges.items():
+            yield _gauge_with(name, help_text, shard_labels,
+                              [([str(i)], s[key]) for i, s in live])
+        yield _counter_with("krill_kafka_connections_refused", "Connections refused over "
+                            "kafka_connections_max", shard_labels,
+                            [([str(i)], s["connections_refused"]) for i, s in live])
+        ready = [([str(i)], 1 if s is not None and s["ready"] else 0)
+                 for i, s in enumerate(self.snapshots)]
+        yield _gauge_with("krill_shard_ready", "1 while the shard serves", shard_labels, ready)
+        pids = self.node.shard_pids()
+        procs = [(str(i), _proc(pid)) for i, pid in enumerate(pids)]
+        yield _gauge_with("krill_shard_resident_memory_bytes", "Shard process RSS",
+                          shard_labels, [([i], p["resident_bytes"]) for i, p in procs if p])
+        yield _gauge_with("krill_shard_open_fds", "Shard process open files", shard_labels,
+                          [([i], p["open_fds"]) for i, p in procs if p])
+        yield _counter_with("krill_shard_cpu_seconds", "Shard process CPU time", shard_labels,
+                            [([i], p["cpu_seconds"]) for i, p in procs if p])
+        recorded = [(str(i), s["metrics"]) for i, s in live if s.get("metrics") is not None]
+        if recorded:
+            yield from _recorded(recorded)
+
+
+def _recorded(recorded: list[tuple[str, dict[str, Any]]]) -> Iterator[Metric]:
+    """What shards count themselves (actors/metrics.py), by shard."""
+    latency = HistogramMetricFamily(
+        "krill_kafka_request_latency_seconds", "Request latency by API, from decode to answer",
+        labels=["api", "shard"])
+    fdatasync = HistogramMetricFamily(
+        "krill_storage_fdatasync_latency_seconds", "fdatasync of a partition's flush",
+        labels=["shard"])
+    flush_bytes = HistogramMetricFamily(
+        "krill_storage_flush_bytes", "Bytes one fdatasync made durable", labels=["shard"])
+    for shard, m in recorded:
+        for key, (counts, total) in sorted(m["requests"].items()):
+            _histogram(latency, [API_KEYS.get(key, str(key)), shard], counts, total,
+                       LATENCY_BUCKETS_S)
+        counts, total = m["fdatasync"]
+        _histogram(fdatasync, [shard], counts, total, LATENCY_BUCKETS_S)
+        counts, total = m["flush_bytes"]
+        _histogram(flush_bytes, [shard], counts, total, FLUSH_BYTES_BUCKETS)
+    yield from (latency, fdatasync, flush_bytes)
+    labels = ["topic", "partition", "shard"]
+    names = (("produced_bytes", "Bytes appended"), ("produced_records", "Records appended"),
+             ("fetched_bytes", "Bytes sent to consumers by this shard"),
+             ("fetched_records", "Records sent to consumers by this shard"))
+    families = [CounterMetricFamily(f"krill_partition_{name}", text, labels=labels)
+                for name, text in names]
+    for shard, m in recorded:
+        for topic, index, *values in m["partitions"]:
+            for family, value in zip(families, values, strict=True):
+                family.add_metric([topic, str(index), shard], value)
+    yield from families
+    yield _gauge_with("krill_kafka_connections", "Open Kafka connections", ["shard"],
+                      [([s], m["connections"]) for s, m in recorded])
+    yield _counter_with("krill_kafka_connections_accepted", "Kafka connections accepted",
+                        ["shard"], [([s], m["connections_accepted"]) for s, m in recorded])
+    yield _counter_with("krill_storage_cold_reads", "Reads that missed the page cache and "
+                        "were read in on the I/O pool first", ["shard"],
+                        [([s], m["cold_reads"]) for s, m in recorded])
+
+
+def _group_metrics(
+    metrics: list[dict[str, Any]], hwm: dict[tuple[str, int], int]
+) -> Iterator[Metric]:
+    committed = GaugeMetricFamily(
+        "redpanda_kafka_consumer_group_committed_offset", "A group's committed offset",
+        labels=["redpanda_group", "redpanda_topic", "redpanda_partition"])
+    consumers = GaugeMetricFamily("redpanda_kafka_consumer_group_consumers",
+                                  "Members of a group", labels=["redpanda_group"])
+    topics = GaugeMetricFamily("redpanda_kafka_consumer_group_topics",
+                               "Topics a group has committed offsets for",
+                               labels=["redpanda_group"])
+    lag_max = GaugeMetricFamily("redpanda_kafka_consumer_group_lag_max",
+                                "The largest lag of a group over its partitions",
+                                labels=["redpanda_group"])
+    lag_sum = GaugeMetricFamily("redpanda_kafka_consumer_group_lag_sum",
+                                "A group's lag summed over its partitions",
+                                labels=["redpanda_group"])
+    for m in metrics:
+        for group, info in sorted((m.get("groups") or {}).items()):
+            consumers.add_metric([group], info["members"])
+            lags = []
+            names = set()
+            for topic, index, offset in info["offsets"]:
+                committed.add_metric([group, topic, str(index)], offset)
+                names.add(topic)
+                high_watermark = hwm.get((topic, index))
+                if high_watermark is not None:
+                    lags.append(max(0, high_watermark - offset))
+            topics.add_metric([group], len(names))
+            lag_max.add_metric([group], max(lags, default=0))
+            lag_sum.add_metric([group], sum(lags))
+    yield from (committed, consumers, topics, lag_max, lag_sum)
+
+
+def _sum_histograms(parts: Iterator[Any]) -> tuple[list[int], float]:
+    counts: list[int] = []
+    total = 0.0
+    for part in parts:
+        if part is None:
+            continue
+        part_counts, part_total = part
+        counts = [a + b for a, b in zip(counts, part_counts, strict=True)] if counts else list(
+            part_counts)
+        total += part_total
+    return counts, total
+
+
+def _gauge_with(
+    name: str, help_text: str, labels: list[str], samples: Sequence[tuple[list[str], float]]
+) -> GaugeMetricFamily:
+    family = GaugeMetricFamily(name, help_text, labels=labels)
+    for values, value in samples:
+        family.add_metric(values, value)
+    return family
+
+
+def _counter_with(
+    name: str, help_text: str, labels: list[str], samples: Sequence[tuple[list[str], float]]
+) -> CounterMetricFamily:
+    family = CounterMetricFamily(name, help_text, labels=labels)
+    for values, value in samples:
+        family.add_metric(values, value)
+    return family
+
+
+def render_metrics(node: Node, snapshots: list[dict[str, Any] | None], public: bool) -> bytes:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Collector(node, snapshots, public))  # type: ignore[arg-type]
+    return generate_latest(registry)
+
+
+# Health -------------------------------------------------------------------------------------
+
+
+def health_overview(node: Node, snapshots: list[dict[str, Any] | None]) -> dict[str, Any]:
+    """Redpanda's /v1/cluster/health_overview, for one node: healthy when every shard serves
+    and every partition of the topic table is served by its owner."""
+    down = [i for i, s in enumerate(snapshots) if s is None or not s["ready"]]
+    served = {(t, p) for s in snapshots if s is not None for t, p, _, _ in s["partitions"]}
+    table = snapshots[0]["topics"] if snapshots and snapshots[0] is not None else []
+    leaderless = [
+        {"topic": name, "partition": index}
+        for name, count in table
+        for index in range(count)
+        if (name, index) not in served
+    ]
+    return {
+        "is_healthy": not down and not leaderless and snapshots[0] is not None,
+        "controller_id": node.node_id,
+        "all_nodes": [node.node_id],
+        "nodes_down": [node.node_id] if down else [],
+        "shards_down": down,
+        "leaderless_count": len(leaderless),
+        "leaderless_partitions": leaderless[: limits.health_partitions_listed_max],
+        "under_replicated_count": 0,  # one replica each: nothing to be under
+        "under_replicated_partitions": [],
+    }
+
+
+# The HTTP server ----------------------------------------------------------------------------
+
+
+class AdminServer:
+    """The admin endpoint on a socket the supervisor bound (shards/ports.py)."""
+
+    def __init__(self, sock: socket.socket, node: Node) -> None:
+        self.node = node
+        handler = type("_BoundHandler", (_Handler,), {"node": node})
+        self._server = ThreadingHTTPServer(sock.getsockname()[:2], handler,
+                                           bind_and_activate=False)
+        self._server.socket.close()
+        self._server.socket = sock
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, name="admin", daemon=True
+        )
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+class _Handler(BaseHTTPRequestHandler):
+    node: Node
+    protocol_version = "HTTP/1.1"
+    server_version = "krill-admin"
+
+    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        path = self.path.split("?", 1)[0].rstrip("/") or "/"
+        node = self.node
+        try:
+            if path in ("/metrics", "/public_metrics"):
+                if not node.metrics_enabled:
+                    self._send(404, b"metrics are disabled (disable_metrics: true)\n")
+                    return
+                body = render_metrics(node, gather(node), public=path == "/public_metrics")
+                self._send(200, body, "text/plain; version=0.0.4; charset=utf-8")
+            elif path == "/v1/status/ready":
+                snapshots = gather(node)
+                ready = all(s is not None and s["ready"] for s in snapshots)
+                self._json(200 if ready else 503, {"status": "ready" if ready else "booting"})
+            elif path == "/v1/status/live":
+                live = all(pid is not None for pid in node.shard_pids())
+                self._json(200 if live else 503, {"status": "live" if live else "dead"})
+            elif path == "/v1/cluster/health_overview":
+                self._json(200, health_overview(node, gather(node)))
+            elif path == "/v1/node":
+                self._json(200, {
+                    "node_id": node.node_id, "kafka": node.kafka_address,
+                    "shards": node.shards, "data_dir": node.data_dir,
+                    "uptime_s": round(time.time() - node.started, 3),
+                })
+            else:
+                self._send(404, f"no such endpoint: {path}\n".encode())
+        except Exception:  # our bug: answer 500, keep serving
+            log.exception("admin: %s failed", path)
+            self._send(500, b"internal error\n")
+
+    def _json(self, status: int, value: Any) -> None:
+        self._send(status, json.dumps(value).encode() + b"\n", "application/json")
+
+    def _send(self, status: int, body: bytes, content_type: str = "text/plain") -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (http.server's name)
+        log.debug("admin: " + format, *args)

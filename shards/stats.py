@@ -1,0 +1,74 @@
+"""The shard's stats endpoint: what the supervisor reads to serve /metrics and health checks.
+
+Each shard binds a ZeroMQ ROUTER at `ipc://<run_dir>/stats-<shard>`, served on its loop
+(shards/loop_router.py). The supervisor's admin HTTP server (shards/admin.py) sends it one
+msgpack request per scrape, `{"q": "snapshot"}`, and gets one msgpack map back: the shard's
+metrics (actors/metrics.py), the partitions it owns with their published watermarks, and the
+gauges of everything that could grow (memory budget, long-poll watches, cross-shard calls,
+arena regions). The snapshot is built on the loop thread between two messages, so it reads
+every actor's published state consistently, and costs the shard one turn per scrape.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+import msgpack
+import zmq
+
+from shards import limits
+from shards.loop_router import LoopRouter
+
+__all__ = ["StatsEndpoint", "stats_path"]
+
+log = logging.getLogger(__name__)
+
+
+def stats_path(run_dir: str, shard_id: int) -> str:
+    path = os.path.join(run_dir, f"stats-{shard_id}")
+    assert len(path) < limits.pipe_path_chars_max, f"stats socket path too long: {path}"
+    return path
+
+
+class StatsEndpoint:
+    """Answers snapshot requests with `snapshot()`, a msgpack-able map. Loop thread only."""
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        context: zmq.Context[Any],
+        run_dir: str,
+        shard_id: int,
+        snapshot: Callable[[], dict[str, Any]],
+    ) -> None:
+        self._snapshot = snapshot
+        socket = context.socket(zmq.ROUTER)
+        socket.setsockopt(zmq.LINGER, 0)
+        socket.setsockopt(zmq.MAXMSGSIZE, limits.stats_request_bytes_max)
+        socket.setsockopt(zmq.SNDHWM, limits.stats_high_water_mark_messages)
+        socket.setsockopt(zmq.RCVHWM, limits.stats_high_water_mark_messages)
+        socket.bind("ipc://" + stats_path(run_dir, shard_id))
+        self._router = LoopRouter(
+            loop, socket, self._handle, limits.stats_requests_per_turn_max, "stats"
+        )
+
+    def close(self) -> None:
+        self._router.close()
+
+    def _handle(self, identity: bytes, frames: list[Any]) -> None:
+        try:
+            request = msgpack.unpackb(frames[0].buffer) if len(frames) == 1 else None
+        except Exception:  # only the supervisor talks here: a bad request is its bug
+            request = None
+        if not isinstance(request, dict) or request.get("q") != "snapshot":
+            log.error("stats: bad request of %d frames dropped", len(frames))
+            return
+        started = time.monotonic()
+        snapshot = self._snapshot()
+        snapshot["snapshot_seconds"] = time.monotonic() - started
+        self._router.send(identity, [msgpack.packb(snapshot, use_bin_type=True)])

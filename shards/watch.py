@@ -1,0 +1,119 @@
+"""Long polls across shards: one subscription per partition, not one per waiting request.
+
+Every shard keeps an `actors.watermarks.Watermarks` table. Its own partitions publish into it
+directly. For a partition another shard owns, the first watch registered here sends one
+"watch" call to the owner, carrying the watermark this shard last read (`seen`); the owner
+registers a watch of its own in its table and answers with the new watermark when the
+partition moves past it (or -1 when the partition is gone). The answer updates this shard's
+table, which wakes every local watch it passes, and if any watch is still waiting (it read
+newer data than the subscription knew) a new subscription goes out at once:
+
+    shard 0 (connection's)                       shard 1 (owner of t-3)
+    watch(t-3, seen=10) -> first one: ---watch(seen=10)-->  table.watch(t-3, 10, answer)
+    watch(t-3, seen=10) -> rides along                      ...
+                                                             flush: moved(t-3, 12)
+    moved(t-3, 12): both wake   <----reply(hwm=12)--------   answer()
+
+So there is at most one subscription per (partition, shard pair) at any time, whatever the
+number of requests waiting: the owner's table, the Router's pending calls and the pipe carry
+that, and nothing a client does makes them longer. A subscription whose local watches were all
+cancelled stays until the partition next moves; at most one per partition.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from actors.watermarks import Published, Watermarks
+
+if TYPE_CHECKING:
+    from shards.router import Router
+
+__all__ = ["WatchService"]
+
+Key = tuple[str, int]
+GONE = -1  # the answer's watermark when the partition no longer exists on its owner
+
+
+class WatchService:
+    """This shard's watermark table and its subscriptions to other shards' partitions."""
+
+    def __init__(self, shard_id: int, owner_of: Callable[[str, int], int]) -> None:
+        self.table = Watermarks()
+        self._shard_id = shard_id
+        self._owner_of = owner_of
+        self._is_local: Callable[[str, int], bool] = lambda _topic, _index: True
+        self._router: Router | None = None
+        self._subscribed: set[Key] = set()  # partitions with a subscription outstanding
+
+    def bind(self, router: Router, is_local: Callable[[str, int], bool]) -> None:
+        """Join the pipe mesh; `is_local(topic, index)`: whether a partition actor runs here."""
+        self._router = router
+        self._is_local = is_local
+
+    @property
+    def subscriptions(self) -> int:
+        return len(self._subscribed)
+
+    # The Services side (actors call these through the shard) --------------------------------
+
+    def watch(self, topic: str, index: int, seen: int, wake: Callable[[], None]) -> int | None:
+        key = (topic, index)
+        token = self.table.watch(key, seen, wake)
+        if token is not None and key not in self._subscribed and self._remote(key):
+            self._subscribe(key, seen)
+        return token
+
+    def cancel(self, topic: str, index: int, token: int) -> None:
+        self.table.cancel((topic, index), token)
+
+    def publish(self, topic: str, index: int, state: Published) -> None:
+        self.table.publish((topic, index), state)
+
+    def idle_read(self, topic: str, index: int, offset: int, epoch: int) -> Published | None:
+        return self.table.idle_read((topic, index), offset, epoch)
+
+    def gone(self, topic: str, index: int) -> None:
+        self.table.gone((topic, index))
+
+    # Subscriptions to other shards ------------------------------------------------------------
+
+    def _remote(self, key: Key) -> bool:
+        return self._router is not None and self._owner_of(*key) != self._shard_id
+
+    def _subscribe(self, key: Key, seen: int) -> None:
+        router = self._router
+        assert router is not None
+        self._subscribed.add(key)
+
+        def answered(header: dict[str, Any], _frames: list[Any]) -> None:
+            self._subscribed.discard(key)
+            high_watermark = header["hwm"]
+            if high_watermark == GONE:
+                self.table.gone(key)
+                return
+            self.table.moved(key, high_watermark)
+            if self.table.waiting(key):
+                self._subscribe(key, high_watermark)
+
+        topic, index = key
+        router.call(self._owner_of(topic, index), {"t": "watch", "topic": topic, "p": index,
+                                                   "seen": seen}, [], answered)
+
+    # The owner side: a peer's subscription ----------------------------------------------------
+
+    def serve(self, header: dict[str, Any], answer: Callable[[int], None]) -> None:
+        """A peer subscribes to one of our partitions: `answer(hwm)` once it passes `seen`."""
+        topic, index = header["topic"], header["p"]
+        key = (topic, index)
+        if not self._is_local(topic, index):
+            answer(GONE)
+            return
+
+        def wake() -> None:
+            mark = self.table.high_watermark(key)
+            answer(GONE if mark is None else mark)
+
+        if self.table.watch(key, header["seen"], wake) is None:
+            wake()

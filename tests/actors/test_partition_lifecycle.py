@@ -1,0 +1,146 @@
+"""A partition deleted, or its shard stopped, while an fdatasync is in flight.
+
+The flush runs on the I/O pool with the log's fds, so the log may close only once it has
+returned: before, the delete tripped `close() with a flush ticket outstanding` and left the
+directory and its fds behind. Here the flushes are held by the test and released by hand.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from actors.metrics import ShardMetrics
+from actors.partition import Delete, Partition, PartitionInfo, Produce, ProduceResult
+from actors.runtime import bind_loop, stop_all_actors
+from actors.services import BrokerSettings
+from actors.topic_config import TopicSettings
+from actors.watermarks import Watermarks
+from shards.watch import WatchService
+from wire.errors import ErrorCode
+from wire.record_batch import iter_batches
+from wire.records import build_batch
+
+pytestmark = pytest.mark.timeout(30)
+
+
+class HeldServices:
+    """What a Partition needs of its shard, with every blocking call held until released."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.settings = BrokerSettings(0, "127.0.0.1", 9092, str(data_dir), "cluster")
+        self.long_polls = WatchService(0, lambda _topic, _index: 0)
+        self.metrics = ShardMetrics()
+        self.held: list[Callable[[], None]] = []
+
+    def run_blocking(self, fn: Callable[[], Any], done: Callable[[Any, Any], None]) -> None:
+        def run() -> None:
+            try:
+                result, error = fn(), None
+            except Exception as e:
+                result, error = None, e
+            done(result, error)
+
+        self.held.append(run)
+
+    def release(self) -> None:
+        held, self.held = self.held, []
+        for run in held:
+            run()
+
+    @property
+    def table(self) -> Watermarks:
+        return self.long_polls.table
+
+
+@pytest.fixture
+def loop() -> Iterator[asyncio.AbstractEventLoop]:
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    bind_loop(loop)
+    try:
+        yield loop
+    finally:
+        stop_all_actors()
+        loop.run_until_complete(asyncio.sleep(0.05))
+        loop.close()
+
+
+def settle(loop: asyncio.AbstractEventLoop, done: Callable[[], bool]) -> None:
+    async def wait() -> None:
+        for _ in range(3000):
+            if done():
+                return
+            await asyncio.sleep(0.001)
+        raise AssertionError("not settled")
+
+    loop.run_until_complete(wait())
+
+
+def open_fds() -> set[str]:
+    return {os.readlink(f"/proc/self/fd/{fd}") for fd in os.listdir("/proc/self/fd")
+            if os.path.exists(f"/proc/self/fd/{fd}")}
+
+
+def start(tmp_path: Path) -> tuple[Any, HeldServices, Path]:
+    services = HeldServices(tmp_path)
+    directory = tmp_path / "t-0"
+    settings = TopicSettings(1 << 30, 1 << 40, 1 << 20, False, False)
+    return Partition.start("t", 0, directory, settings, services), services, directory
+
+
+def produce(ref: Any, answers: list[ProduceResult]) -> None:
+    batch = build_batch([(None, b"value", [])])
+    ref.tell(Produce(memoryview(batch), iter_batches(batch), -1, answers.append))
+
+
+def test_delete_while_a_flush_runs_waits_for_it_then_removes_everything(
+    loop: asyncio.AbstractEventLoop, tmp_path: Path
+) -> None:
+    ref, services, directory = start(tmp_path)
+    answers: list[ProduceResult] = []
+    produce(ref, answers)
+    settle(loop, lambda: len(services.held) == 1)  # its fdatasync is out
+    assert any(str(directory) in path for path in open_fds())
+    trash = tmp_path / "t-0.x-delete"
+    os.rename(directory, trash)  # as the shard does before telling Delete
+    ref.tell(Delete(trash))
+    produce(ref, answers)  # queued behind the delete
+    settle(loop, lambda: len(answers) == 2)
+    gone = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    assert [a.error for a in answers] == [gone, gone]  # never acknowledged
+    assert ref.is_alive()  # waits for its flush before it closes the log
+    services.release()  # the flush returns: the log closes, removal goes to the pool
+    settle(loop, lambda: not ref.is_alive() and len(services.held) == 1)
+    services.release()  # the removal itself
+    assert not trash.exists()
+    assert not any(str(trash) in path for path in open_fds())
+    assert services.table.high_watermark(("t", 0)) is None
+
+
+def test_stop_while_a_flush_runs_closes_the_log_when_it_returns(
+    loop: asyncio.AbstractEventLoop, tmp_path: Path
+) -> None:
+    ref, services, directory = start(tmp_path)
+    answers: list[ProduceResult] = []
+    produce(ref, answers)
+    settle(loop, lambda: len(services.held) == 1)
+    ref.stop(block=False)
+    settle(loop, lambda: not ref.is_alive())
+    assert [a.error for a in answers] == [ErrorCode.NOT_LEADER_OR_FOLLOWER]
+    assert any(str(directory) in path for path in open_fds())  # the flush still holds them
+    services.release()
+    assert not any(str(directory) in path for path in open_fds())
+    # The flush that came back after the stop still counted.
+    assert sum(services.metrics.fdatasync_latency.counts) == 1
+    # Nothing was lost: the data is on disk and a new partition reads it back.
+    again, services2, _ = start(tmp_path)
+    infos: list[dict[str, int]] = []
+    again.tell(PartitionInfo(infos.append))
+    settle(loop, lambda: bool(infos))
+    assert infos[0]["next_offset"] == 1 and infos[0]["high_watermark"] == 1
