@@ -118,7 +118,7 @@ class Connection(LoopActor):
         self._fd = sock.fileno()
         self._services = services
         self._peer = _peer_name(sock)
-        self._frames = FrameReader(buffers=services.frame_buffer)
+        self._frames = FrameReader(buffers=services.frame_buffer, scratch=services.frame_scratch)
         self._pending: collections.deque[_Slot] = collections.deque()
         self._out: collections.deque[Any] = collections.deque()  # memoryviews and file regions
         self._out_head_sent = 0  # bytes of _out[0] already sent

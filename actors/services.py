@@ -136,6 +136,8 @@ class Services(Protocol):
         """A Connection actor closed its socket (the shard counts what it accepted)."""
         ...
 
+    frame_scratch: bytearray  # what every connection of the shard receives into (wire/frame.py)
+
     def frame_buffer(self, nbytes: int) -> Any:
         """A reusable buffer to receive a large produce frame into (`view`, `retain()`,
         `release()`; see shards/arena.py), or None: the frame gets a fresh bytearray."""

@@ -239,6 +239,8 @@ class _Collector:
             "long_poll_watches": ("krill_long_poll_watches", "Long-poll fetches' waits"),
             "watch_subscriptions": ("krill_long_poll_subscriptions",
                                     "Subscriptions to other shards' watermarks"),
+            "watch_subscriptions_served": ("krill_long_poll_subscriptions_served",
+                                           "Other shards' subscriptions to ours"),
             "cross_shard_pending": ("krill_cross_shard_calls_pending",
                                     "Calls to other shards awaiting their answer"),
             "arena_used": ("krill_arena_used_bytes", "Shared-memory arena bytes held"),

@@ -146,11 +146,18 @@ class NodeConfig:
         if self.default_replicas != 1:
             raise ConfigError(f"default_replicas must be 1, not {self.default_replicas}: "
                               "replication is not built yet")
-        ports = {"listen_port": self.listen_port, "reader_port": self.reader_port,
-                 "admin_port": self.admin_port}
-        if len(set(ports.values())) < len(ports):
-            raise ConfigError("listen_port, reader_port and admin_port must differ, not "
-                              + ", ".join(f"{k}={v}" for k, v in ports.items()))
+        addresses = {"listen": self.listen, "reader_listen": self.reader_listen,
+                     "admin_listen": self.admin_listen}
+        for a, (name_a, address_a) in enumerate(addresses.items()):
+            for name_b, address_b in list(addresses.items())[a + 1:]:
+                if _overlap(address_a, address_b):
+                    raise ConfigError(f"{name_a} and {name_b} must differ, not "
+                                      f"{address_a[0]}:{address_a[1]} and "
+                                      f"{address_b[0]}:{address_b[1]}")
+        accepting = self.kafka_shards or self.smp
+        if self.kafka_connections_max < accepting:
+            raise ConfigError(f"kafka_connections_max must be at least the {accepting} shards "
+                              f"that accept connections, not {self.kafka_connections_max}")
 
     @property
     def advertise(self) -> tuple[str, int]:
@@ -203,6 +210,11 @@ _FIELD_TYPES: dict[str, type] = {
 }
 _OPTIONAL_FIELDS = ("advertise_host", "advertise_port")
 assert set(_FIELD_TYPES) == {f.name for f in dataclasses.fields(NodeConfig)}
+
+
+def _overlap(a: tuple[str, int], b: tuple[str, int]) -> bool:
+    """Whether two listening addresses collide: one port, and one host or a wildcard."""
+    return a[1] == b[1] and (a[0] == b[0] or a[0] in WILDCARD_HOSTS or b[0] in WILDCARD_HOSTS)
 
 
 def _check_type(name: str, value: object) -> None:

@@ -61,6 +61,7 @@ from shards.shard_table import shard_of
 from shards.stats import StatsEndpoint
 from shards.threads import demote_helper_threads
 from shards.watch import WatchService
+from wire.frame import SCRATCH_BYTES
 
 __all__ = ["Shard", "main"]
 
@@ -105,10 +106,14 @@ class Shard:
             partitions_max=config.topic_partitions_per_shard * shards,
         )
         self.metrics = None if config.disable_metrics else ShardMetrics()
+        # One receive buffer for all this shard's connections: they read one at a time.
+        self.frame_scratch = bytearray(SCRATCH_BYTES)
         self._listen_fd = listen_fd
         self._reader_fd = reader_fd
+        # The node's kafka_connections_max split over the accepting shards, to the last one.
         accepting = config.kafka_shards or shards
-        self._connections_max = max(1, config.kafka_connections_max // accepting)
+        share, rest = divmod(config.kafka_connections_max, accepting)
+        self._connections_max = share + (1 if shard_id < rest else 0)
         self._connection_count = 0
         self._refused_connections = 0
         self._stats: StatsEndpoint | None = None
@@ -334,8 +339,9 @@ class Shard:
             "memory_in_flight": self.memory.in_flight_bytes,
             "memory_backlog": self._pipe_backlog_bytes(),
             "memory_limit": self.memory.limit_bytes,
-            "long_poll_watches": self.long_polls.table.waiting(),
+            "long_poll_watches": self.long_polls.waiting,
             "watch_subscriptions": self.long_polls.subscriptions,
+            "watch_subscriptions_served": self.long_polls.served,
             "cross_shard_pending": router.pending_calls if router is not None else 0,
             "arena_used": arena.used if arena is not None else 0,
             "arena_regions": arena.live_regions if arena is not None else 0,

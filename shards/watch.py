@@ -46,6 +46,7 @@ class WatchService:
         self._is_local: Callable[[str, int], bool] = lambda _topic, _index: True
         self._router: Router | None = None
         self._subscribed: set[Key] = set()  # partitions with a subscription outstanding
+        self._served = 0  # watches held here for peers' subscriptions
 
     def bind(self, router: Router, is_local: Callable[[str, int], bool]) -> None:
         """Join the pipe mesh; `is_local(topic, index)`: whether a partition actor runs here."""
@@ -54,7 +55,19 @@ class WatchService:
 
     @property
     def subscriptions(self) -> int:
+        """Subscriptions this shard has out to other shards' partitions."""
         return len(self._subscribed)
+
+    @property
+    def served(self) -> int:
+        """Watches held here for other shards' subscriptions (at most one per partition
+        and peer)."""
+        return self._served
+
+    @property
+    def waiting(self) -> int:
+        """Watches of this shard's own requests (long polls) waiting now."""
+        return self.table.waiting() - self._served
 
     # The Services side (actors call these through the shard) --------------------------------
 
@@ -115,5 +128,11 @@ class WatchService:
             mark = self.table.high_watermark(key)
             answer(GONE if mark is None else mark)
 
-        if self.table.watch(key, header["seen"], wake) is None:
+        def woken() -> None:
+            self._served -= 1
             wake()
+
+        if self.table.watch(key, header["seen"], woken) is None:
+            wake()
+        else:
+            self._served += 1

@@ -18,6 +18,12 @@ A reader given `buffers` asks it for the buffer of each large Produce frame (the
 out regions of its arena, reused instead of freshly allocated; see shards/arena.py). Such a
 frame is a `memoryview` of the region, and `take_buffer()` right after `advance()` returns
 its holder, which the caller releases when it is done with the frame.
+
+A reader given `scratch` receives into that buffer, which many readers share: those of one
+thread, each reading only between its own `buffer()` and `advance()`, as the connections of a
+shard do. Frames are cut out of it as copies anyway, so between reads a reader keeps only the
+bytes of a frame not yet whole (`carry`): an idle connection holds a few bytes, not the
+scratch, and ten thousand of them do not hold ten thousand scratch buffers.
 """
 
 from __future__ import annotations
@@ -29,12 +35,12 @@ from typing import Protocol
 from wire import limits
 from wire.errors import DecodeError
 
-__all__ = ["FrameBuffer", "FrameReader", "SIZE_PREFIX_BYTES"]
+__all__ = ["FrameBuffer", "FrameReader", "SCRATCH_BYTES", "SIZE_PREFIX_BYTES"]
 
 SIZE_PREFIX_BYTES = 4
 _SIZE = struct.Struct(">i")
 # Scratch space for small frames; a recv fills at most this much at once.
-_SCRATCH_BYTES = 256 * 1024
+SCRATCH_BYTES = 256 * 1024
 _PRODUCE_KEY = b"\x00\x00"  # a request body starts with its int16 API key; Produce is 0
 
 
@@ -51,13 +57,16 @@ class FrameReader:
         self,
         frame_bytes_max: int = limits.frame_bytes_max,
         buffers: Callable[[int], FrameBuffer | None] | None = None,
+        scratch: bytearray | None = None,
     ) -> None:
         self.frame_bytes_max = frame_bytes_max
         self._buffers = buffers
         self._big_buffer: FrameBuffer | None = None  # the lent buffer `_big` is, if any
         self._done_buffer: FrameBuffer | None = None  # the last completed frame's
-        self._scratch = bytearray(_SCRATCH_BYTES)
+        self._shared = scratch is not None
+        self._scratch = bytearray(SCRATCH_BYTES) if scratch is None else scratch
         self._scratch_view = memoryview(self._scratch)
+        self._carry = b""  # with a shared scratch: a partial frame's bytes between reads
         self._start = 0  # first unconsumed byte in scratch
         self._end = 0  # one past the last received byte in scratch
         self._big: bytearray | memoryview | None = None  # a large frame being filled in place
@@ -66,13 +75,17 @@ class FrameReader:
     @property
     def buffered_bytes(self) -> int:
         """Bytes received but not yet returned as frames."""
-        return (self._end - self._start) + self._big_filled
+        return (self._end - self._start) + self._big_filled + len(self._carry)
 
     def buffer(self) -> memoryview:
         """Writable space for the next `recv_into`; never empty."""
         if self._big is not None:
             return memoryview(self._big)[self._big_filled :]
-        if self._end == len(self._scratch):
+        if self._shared:  # whatever another reader left in the scratch is not ours
+            carry = self._carry
+            self._scratch[: len(carry)] = carry
+            self._start, self._end, self._carry = 0, len(carry), b""
+        elif self._end == len(self._scratch):
             self._compact()
         return self._scratch_view[self._end :]
 
@@ -90,6 +103,9 @@ class FrameReader:
             return frames
         self._end += nbytes
         self._cut_frames(frames)
+        if self._shared and self._end > self._start:
+            self._carry = bytes(self._scratch[self._start : self._end])
+            self._start = self._end = 0
         return frames
 
     def take_buffer(self) -> FrameBuffer | None:
@@ -99,11 +115,15 @@ class FrameReader:
         return buffer
 
     def close(self) -> None:
-        """Give back a lent buffer of a frame still being received (the connection closed)."""
+        """Give back a lent buffer of a frame still being received (the connection closed),
+        and everything else held for frames not yet whole."""
         if self._big_buffer is not None:
             self._big_buffer.release()
             self._big_buffer = None
         self._big = None
+        self._big_filled = 0
+        self._carry = b""
+        self._start = self._end = 0
 
     def feed(self, data: bytes) -> list[bytearray | memoryview]:
         """Convenience for tests and tools: copy `data` in and return the completed frames."""

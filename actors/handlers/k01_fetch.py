@@ -45,7 +45,10 @@ def handle(ctx: Any, request: FetchRequest) -> None:
     if request.session_id != 0:
         ctx.respond(FetchResponse(error_code=ErrorCode.FETCH_SESSION_ID_NOT_FOUND, session_id=0))
         return
-    _Fetch(ctx, request).read()
+    fetch = _Fetch(ctx, request)
+    # From the start, not from the first wait: the connection may close while a round reads.
+    ctx.on_abort(fetch.abort)
+    fetch.read()
 
 
 class _Fetch:
@@ -125,7 +128,6 @@ class _Fetch:
             self.watches.append((topic, p.partition, token))
         if self.timer is None:
             self.timer = current_loop().call_later(remaining, self.expire)
-            self.ctx.on_abort(self.abort)
 
     def wake(self) -> None:
         if self.done:

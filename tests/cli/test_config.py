@@ -128,7 +128,9 @@ def test_parse_host_port_rejects(text):
         ({"smp": usable_cores() + 1}, {}, "usable core"),
         ({"listen": "nonsense"}, {}, "--listen must be host:port"),
         ({"admin_port": 70000}, {}, "admin_port must be between 1 and 65535"),
-        ({"admin_listen": "127.0.0.1:9092"}, {}, "must differ"),
+        ({"admin_listen": "127.0.0.1:9092"}, {}, "listen and admin_listen must differ"),
+        ({"admin_listen": "0.0.0.0:9092"}, {}, "listen and admin_listen must differ"),
+        ({"smp": 1, "kafka_connections_max": 0}, {}, "kafka_connections_max must be at least 1"),
         ({}, {"KRILL_DISABLE_METRICS": "perhaps"}, "KRILL_DISABLE_METRICS must be true"),
         ({}, {"KRILL_KAFKA_CONNECTIONS_MAX": "0"}, "kafka_connections_max must be at least 1"),
         ({}, {"KRILL_LISTEN_PORT": "0"}, "listen_port must be between 1 and 65535"),
@@ -170,6 +172,17 @@ def test_keys_for_later_work_are_refused_from_every_source(tmp_path, key, value,
         with pytest.raises(ConfigError, match=message) as info:
             load_config(flags, env, path)
         assert "\n" not in str(info.value)
+
+
+def test_ports_may_repeat_on_other_hosts():
+    config = load_config({"listen": "127.0.0.1:9100", "admin_listen": "127.0.0.2:9100"}, {}, None)
+    assert config.admin_listen == ("127.0.0.2", 9100)
+
+
+def test_connections_max_covers_every_accepting_shard():
+    with pytest.raises(ConfigError, match="at least the 2 shards that accept connections"):
+        NodeConfig(smp=2, kafka_connections_max=1)
+    assert NodeConfig(smp=2, kafka_shards=1, kafka_connections_max=1).kafka_connections_max == 1
 
 
 def test_the_admin_address_takes_both_spellings(tmp_path):

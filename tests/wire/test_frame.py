@@ -7,7 +7,7 @@ import struct
 import pytest
 
 from wire.errors import DecodeError
-from wire.frame import FrameReader
+from wire.frame import SCRATCH_BYTES, FrameReader
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -51,6 +51,49 @@ def receive(reader: FrameReader, data: bytes, chunk: int) -> list[bytes]:
         view = view[n:]
         frames.extend(bytes(f) for f in reader.advance(n))
     return frames
+
+
+def test_readers_sharing_one_scratch_interleave_without_mixing() -> None:
+    """The connections of a shard share one receive buffer: each keeps only its partial
+    frame between reads, whatever the others wrote into the scratch meanwhile."""
+    scratch = bytearray(SCRATCH_BYTES)
+    streams = [
+        b"".join(framed(bytes([r * 16 + i % 16]) * (i * 53 + r)) for i in range(1, 60))
+        for r in range(3)
+    ]
+    readers = [FrameReader(scratch=scratch) for _ in streams]
+    for chunk in (1, 5, 300, 70_000):
+        for reader in readers:
+            reader.close()
+        got: list[list[bytes]] = [[] for _ in streams]
+        positions = [0] * len(streams)
+        while any(p < len(s) for p, s in zip(positions, streams, strict=True)):
+            for r, (reader, stream) in enumerate(zip(readers, streams, strict=True)):
+                if positions[r] == len(stream):
+                    continue
+                target = reader.buffer()
+                n = min(len(target), chunk, len(stream) - positions[r])
+                target[:n] = stream[positions[r] : positions[r] + n]
+                positions[r] += n
+                got[r].extend(bytes(f) for f in reader.advance(n))
+        for r in range(len(streams)):
+            assert got[r] == [bytes([r * 16 + i % 16]) * (i * 53 + r) for i in range(1, 60)]
+            assert readers[r].buffered_bytes == 0
+
+
+def test_an_idle_reader_on_a_shared_scratch_holds_only_its_partial_frame() -> None:
+    scratch = bytearray(SCRATCH_BYTES)
+    reader = FrameReader(scratch=scratch)
+    data = framed(b"x" * 1000)
+    target = reader.buffer()
+    target[:600] = data[:600]
+    assert reader.advance(600) == []
+    assert reader.buffered_bytes == 600 and reader._carry == data[:600]
+    scratch[:] = bytes(len(scratch))  # another connection's read overwrites the scratch
+    target = reader.buffer()
+    target[: len(data) - 600] = data[600:]
+    assert [bytes(f) for f in reader.advance(len(data) - 600)] == [b"x" * 1000]
+    assert reader.buffered_bytes == 0 and reader._carry == b""
 
 
 def test_small_frames_split_anywhere_come_out_whole() -> None:
