@@ -248,7 +248,7 @@ class Partition(LoopActor):
         log_.close()
         if self._deleted is not None:
             trash = self._deleted
-            self.services.run_blocking(
+            self.services.read_blocking(  # not behind anyone's flush, nor in front of it
                 lambda: shutil.rmtree(trash, ignore_errors=True), lambda _r, _e: None
             )
 
@@ -594,7 +594,7 @@ class Partition(LoopActor):
 
         if self.services.metrics is not None:
             self.services.metrics.cold_reads += 1
-        self.services.run_blocking(lambda: warm(miss.fd, miss.position, miss.length), warmed)
+        self.services.read_blocking(lambda: warm(miss.fd, miss.position, miss.length), warmed)
 
     def _warmed(self, m: _Warmed) -> None:
         if isinstance(m.message, Read):

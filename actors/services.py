@@ -129,7 +129,15 @@ class Services(Protocol):
     def run_blocking(
         self, fn: Callable[[], Any], done: Callable[[Any, BaseException | None], None]
     ) -> None:
-        """Run `fn` on the I/O pool; call `done(result, error)` back on the loop thread."""
+        """Run `fn` on the I/O pool; call `done(result, error)` back on the loop thread.
+        For what acks wait on: fdatasync, metadata writes."""
+        ...
+
+    def read_blocking(
+        self, fn: Callable[[], Any], done: Callable[[Any, BaseException | None], None]
+    ) -> None:
+        """The same on the read pool, for bulk reads from the disk (a cold read brought into
+        the page cache): they never hold up an fdatasync behind them."""
         ...
 
     def connection_closed(self) -> None:

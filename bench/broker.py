@@ -166,6 +166,17 @@ def _status_kib(pid: int, key: str) -> int:
     return 0
 
 
+def tree_open_fds(root: int) -> int:
+    """Open file descriptors of ``root`` and all its descendants."""
+    total = 0
+    for pid in process_tree(root):
+        try:
+            total += len(os.listdir(f"/proc/{pid}/fd"))
+        except OSError:
+            pass
+    return total
+
+
 def tree_rss_mib(root: int) -> float:
     return sum(_status_kib(p, "VmRSS:") for p in process_tree(root)) / 1024.0
 
@@ -231,8 +242,11 @@ class Broker:
         start_timeout: float = 30.0,
         stop_timeout: float = 15.0,
         keep: bool = False,
+        extra_args: tuple[str, ...] = (),
     ) -> None:
         self.smp = smp
+        self.extra_args = extra_args  # more `krill start` flags
+        self.admin_port = 0  # the admin HTTP port (/metrics), when the krill has one
         self.krill = krill
         self.data_root = data_root
         self.start_timeout = start_timeout
@@ -266,13 +280,17 @@ class Broker:
         self.log_path = os.path.join(self.tmp, "broker.log")
         self._log_file = open(self.log_path, "wb")  # closed in stop()
         self.port = free_port()
+        extra = extra_port_flags(exe)
+        if "--admin-port" in extra:
+            self.admin_port = int(extra[extra.index("--admin-port") + 1])
         cmd = [
             exe, "start",
             "--listen", self.bootstrap,
             "--data-dir", self.data_dir,
             "--smp", str(self.smp),
             "--node-id", "0",
-            *extra_port_flags(exe),
+            *extra,
+            *self.extra_args,
         ]  # fmt: skip
         log(f"starting broker: {' '.join(cmd)}")
         self.proc = subprocess.Popen(

@@ -52,7 +52,12 @@ PRODUCE_CASES = {
 }
 SHARD_CASES = ["shards_1_vs_2", "cross_core_vs_local"]  # bench/shards.py
 GROUP_CASES = ["offset_commit_rate", "rebalance_time"]  # bench/groups.py
-ALL_CASES = ["ceilings", *PRODUCE_CASES, "rss_100_partitions", *SHARD_CASES, *GROUP_CASES]
+# bench/running.py: a node left running (idle long polls, cold reads, metrics, soak).
+RUNNING_CASES = ["idle_consumers", "cold_reads", "metrics_overhead", "soak"]
+ALL_CASES = [
+    "ceilings", *PRODUCE_CASES, "rss_100_partitions", *SHARD_CASES, *GROUP_CASES,
+    *RUNNING_CASES,
+]
 
 
 class CaseError(RuntimeError):
@@ -1010,6 +1015,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--phase-timeout", type=float, default=120.0, help="bound on each phase, s")
     ap.add_argument("--stall-timeout", type=float, default=30.0, help="consume stall bound, s")
     ap.add_argument("--keep", action="store_true", help="keep broker data dirs and logs")
+    ap.add_argument("--soak-minutes", type=float, default=10.0, help="soak length (default 10)")
+    ap.add_argument("--long", action="store_true", help="soak for 3 hours")
+    ap.add_argument(
+        "--baseline-krill", default=None,
+        help="also run idle_consumers and cold_reads against this krill (another checkout)",
+    )
     ap.add_argument(
         "--ceilings-once", action="store_true",
         help="compare every case with the first ceilings line instead of re-measuring "
@@ -1078,6 +1089,10 @@ def main(argv: list[str] | None = None) -> int:
             from bench import groups
 
             emit(groups.GROUP_CASES[case](args))
+        elif case in RUNNING_CASES:
+            from bench import running
+
+            emit(running.RUNNING_CASES[case](args))
     log(f"done in {time.monotonic() - t0:.1f}s" + (f"; results in {out_path}" if out_path else ""))
     return 1 if failed else 0
 

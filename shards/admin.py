@@ -246,6 +246,8 @@ class _Collector:
             "arena_used": ("krill_arena_used_bytes", "Shared-memory arena bytes held"),
             "arena_regions": ("krill_arena_regions", "Shared-memory arena regions held"),
             "io_outstanding": ("krill_io_pool_outstanding", "Calls out on the I/O pool"),
+            "read_io_outstanding": ("krill_read_pool_outstanding",
+                                    "Bulk reads out on the read pool"),
             "snapshot_seconds": ("krill_stats_snapshot_seconds",
                                  "Loop time the last snapshot took"),
         }

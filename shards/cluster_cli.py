@@ -10,6 +10,7 @@ broker's host on port 9644.
 from __future__ import annotations
 
 import argparse
+import http.client
 import json
 import sys
 import urllib.error
@@ -57,8 +58,12 @@ def _get(address: str, path: str) -> tuple[int, Any]:
             return e.code, json.loads(e.read())
         except ValueError:
             return e.code, None
+    except http.client.HTTPException as e:  # something answers there, but not HTTP
+        raise CommandError(
+            f"what answers at {address} is not the admin API ({type(e).__name__})"
+        ) from None
     except (urllib.error.URLError, OSError, ValueError) as e:
-        reason = getattr(e, "reason", e)
+        reason = " ".join(str(getattr(e, "reason", e)).split())
         raise CommandError(f"cannot reach the admin API at {address}: {reason}") from None
 
 

@@ -154,10 +154,7 @@ class NodeConfig:
                     raise ConfigError(f"{name_a} and {name_b} must differ, not "
                                       f"{address_a[0]}:{address_a[1]} and "
                                       f"{address_b[0]}:{address_b[1]}")
-        accepting = self.kafka_shards or self.smp
-        if self.kafka_connections_max < accepting:
-            raise ConfigError(f"kafka_connections_max must be at least the {accepting} shards "
-                              f"that accept connections, not {self.kafka_connections_max}")
+
 
     @property
     def advertise(self) -> tuple[str, int]:
@@ -376,4 +373,8 @@ def load_config(
     cores = usable_cores()
     if config.smp > cores:
         raise ConfigError(f"smp {config.smp} is more than the {cores} usable core(s)")
+    accepting = config.kafka_shards or config.smp
+    if config.kafka_connections_max < accepting:
+        raise ConfigError(f"kafka_connections_max must be at least the {accepting} shards "
+                          f"that accept connections, not {config.kafka_connections_max}")
     return config

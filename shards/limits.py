@@ -5,6 +5,10 @@ from __future__ import annotations
 # Threads per shard for blocking calls (fdatasync, large reads). fdatasyncs of different
 # partitions run in parallel on the device; more threads than this only add GIL churn.
 io_threads = 4
+# Threads per shard for bulk reads from the disk (cold data brought into the page cache,
+# large Spark reads): apart from the fdatasync threads, so no flush queues behind a read.
+# Two keep a second cold reader from waiting behind the first; more only add seeks.
+read_io_threads = 2
 # Calls (fdatasyncs) one I/O job takes before another thread is woken for the rest: up to
 # this many partitions flushed in one loop turn cost one wake-up (shards/io_pool.py).
 io_calls_per_job = 4

@@ -52,7 +52,7 @@ class _Node(Protocol):
 
     def partition(self, topic: str, index: int) -> Any: ...
 
-    def run_blocking(
+    def read_blocking(
         self, fn: Callable[[], Any], done: Callable[[Any, BaseException | None], None]
     ) -> None: ...
 
@@ -240,7 +240,7 @@ class ReaderEndpoint:
                 else:
                     send(data)
 
-            self._services.run_blocking(records.read, done)
+            self._services.read_blocking(records.read, done)
 
     def _read_failed(self, identity: bytes, correlation: Any, error: BaseException) -> None:
         self._in_flight -= 1

@@ -44,6 +44,7 @@ from shards.arena import ArenaSet
 from shards.pipes import PipeBroken
 from shards.remote import Reply, result_to_wire, table_from_wire, table_to_wire
 from storage import FileSlice
+from storage.page_cache import no_readahead
 from wire.errors import DecodeError, ErrorCode
 from wire.record_batch import iter_batches
 
@@ -476,6 +477,7 @@ class Router:
             fd = os.open(path, os.O_RDONLY)
         except FileNotFoundError:
             return None
+        no_readahead(fd)  # as the owner's own fd (storage/page_cache.py)
         if os.fstat(fd).st_ino != inode:
             os.close(fd)
             return None

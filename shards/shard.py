@@ -124,6 +124,9 @@ class Shard:
         self._io = IoPool(
             self.loop, limits.io_threads, f"shard{shard_id}-io", limits.io_calls_per_job
         )
+        # Bulk reads (cold data brought into the page cache, large Spark reads, removing a
+        # deleted partition) on threads of their own, so an fdatasync never waits behind one.
+        self._read_io = IoPool(self.loop, limits.read_io_threads, f"shard{shard_id}-read")
         self._table = TopicTable()
         self.long_polls = WatchService(shard_id, self.owner_of)
         self._partitions: dict[tuple[str, int], ActorRef[Any]] = {}  # owned here
@@ -205,6 +208,11 @@ class Shard:
     ) -> None:
         self._io.run(fn, done)
 
+    def read_blocking(
+        self, fn: Callable[[], Any], done: Callable[[Any, BaseException | None], None]
+    ) -> None:
+        self._read_io.run(fn, done)
+
     # Topic table --------------------------------------------------------------------------
 
     def publish_topics(self, table: TopicTable, done: Callable[[], None]) -> None:
@@ -253,6 +261,8 @@ class Shard:
 
     def _delete_topic(self, name: str, partitions: int) -> None:
         self._topic_settings.pop(name, None)
+        if self.metrics is not None:  # a topic made again under its name counts from zero
+            self.metrics.forget(name)
         for index in range(partitions):
             self._remote_partitions.pop((name, index), None)
             directory = Path(self.settings.data_dir) / f"{name}-{index}"
@@ -346,6 +356,7 @@ class Shard:
             "arena_used": arena.used if arena is not None else 0,
             "arena_regions": arena.live_regions if arena is not None else 0,
             "io_outstanding": self._io.outstanding,
+            "read_io_outstanding": self._read_io.outstanding,
             "connections_refused": self._refused_connections,
             "metrics": None if self.metrics is None else self.metrics.snapshot(),
         }
@@ -421,7 +432,7 @@ class Shard:
 
     def _check_stopped(self, deadline: float) -> None:
         # Partitions close their logs when their last flush returns: wait for the pool too.
-        busy = ActorRegistry.get_all() or self._io.busy
+        busy = ActorRegistry.get_all() or self._io.busy or self._read_io.busy
         if busy and self.loop.time() < deadline:
             self.loop.call_later(0.01, self._check_stopped, deadline)
             return
@@ -439,6 +450,7 @@ class Shard:
             if self._stats_context is not None:
                 self._stats_context.term()
             self._io.shutdown()
+            self._read_io.shutdown()
             if self._router is not None:
                 self._router.close()
             if self._mesh is not None:

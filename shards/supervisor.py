@@ -106,7 +106,7 @@ def run(config: NodeConfig) -> int:
         run_dir=run_dir,
         started=time.time(),
         metrics_enabled=not config.disable_metrics,
-        shard_pids=lambda: [c.pid if c.poll() is None else None for c in children],
+        shard_pids=lambda: [c.pid if _running(c.pid) else None for c in children],
     )
     admin = AdminServer(admin_socket, node)
     admin.start()
@@ -116,6 +116,16 @@ def run(config: NodeConfig) -> int:
         admin.close()
         shutil.rmtree(run_dir, ignore_errors=True)
         lock.close()
+
+
+def _running(pid: int) -> bool:
+    """Whether a child shard still runs, asked from another thread than the one that reaps
+    it: waitid with WNOWAIT reaps nothing and takes no lock of Popen's (a second thread's
+    Popen.poll() answers "running" while the first waits on that child)."""
+    try:
+        return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None
+    except ChildProcessError:  # already reaped: gone
+        return False
 
 
 def _take_ports(

@@ -25,7 +25,7 @@ import threading
 
 from storage import limits
 
-__all__ = ["NotCached", "cached", "read_nowait", "warm"]
+__all__ = ["NotCached", "cached", "no_readahead", "read_nowait", "warm"]
 
 _PAGE = mmap.PAGESIZE
 _SYS_CACHESTAT = 451  # x86_64 and aarch64 share the generic number
@@ -48,6 +48,10 @@ def read_nowait(fd: int, size: int, position: int, warm_bytes: int) -> bytes:
     try:
         got = os.preadv(fd, [buffer], position, os.RWF_NOWAIT)
     except BlockingIOError:
+        # Also for a cached page carrying the kernel's readahead marker; the warm read that
+        # follows is then cheap and clears it. Asking cachestat instead would not do: the
+        # refused read has already started reading the range in, and those pages count as
+        # cached before they hold the bytes.
         raise NotCached(fd, position, max(size, warm_bytes)) from None
     if got < size:
         # Short: the end of the file, or only part of the range is cached. Only the caller
@@ -56,6 +60,14 @@ def read_nowait(fd: int, size: int, position: int, warm_bytes: int) -> bytes:
             return bytes(buffer[:got])
         raise NotCached(fd, position, max(size, warm_bytes))
     return bytes(buffer)
+
+
+def no_readahead(fd: int) -> None:
+    """No kernel readahead on this file: what a read needs is brought in by `warm`, on the
+    I/O pool, in bounded steps. Left on, a read from the loop that meets the kernel's
+    readahead marker queues `read_ahead_kb` (8 MiB on some disks) of reads, which the disk
+    serves ahead of the writes of every partition's fdatasync."""
+    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
 
 
 class _CacheStat(ctypes.Structure):
@@ -82,6 +94,7 @@ class _Probe(threading.local):
     def __init__(self) -> None:
         self.stat = _CacheStat()
         self.range = _Range()
+        self.byte = bytearray(1)
 
 
 _probe = _Probe()
@@ -99,11 +112,21 @@ def cached(fd: int, position: int, length: int) -> bool:
         probe.range.off, probe.range.len = position, length
         if _libc.syscall(_SYS_CACHESTAT, fd, ctypes.byref(probe.range),
                          ctypes.byref(probe.stat), 0) == 0:
-            return probe.stat.nr_cache >= pages
+            # cachestat counts pages whose read is still in flight (the kernel's readahead
+            # running ahead of a sequential reader). That readahead completes in order, and
+            # RWF_NOWAIT refuses a page not yet read: ask it about the last page.
+            return probe.stat.nr_cache >= pages and _readable(fd, position + length - 1)
         if ctypes.get_errno() != errno.ENOSYS:
             return False  # a bad fd or range: let the read itself fail with the real error
         _has_cachestat = False
-    return _mincore(fd, position, length, pages)
+    return _mincore(fd, position, length, pages)  # mincore counts only pages read in
+
+
+def _readable(fd: int, position: int) -> bool:
+    try:
+        return os.preadv(fd, [_probe.byte], position, os.RWF_NOWAIT) == 1
+    except BlockingIOError:
+        return False
 
 
 def _mincore(fd: int, position: int, length: int, pages: int) -> bool:

@@ -48,6 +48,8 @@ class HeldServices:
 
         self.held.append(run)
 
+    read_blocking = run_blocking  # one held list: the tests release in order
+
     def release(self) -> None:
         held, self.held = self.held, []
         for run in held:

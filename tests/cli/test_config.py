@@ -181,8 +181,9 @@ def test_ports_may_repeat_on_other_hosts():
 
 def test_connections_max_covers_every_accepting_shard():
     with pytest.raises(ConfigError, match="at least the 2 shards that accept connections"):
-        NodeConfig(smp=2, kafka_connections_max=1)
-    assert NodeConfig(smp=2, kafka_shards=1, kafka_connections_max=1).kafka_connections_max == 1
+        load_config({"smp": 2, "kafka_connections_max": 1}, {}, None)
+    config = load_config({"smp": 2, "kafka_shards": 1, "kafka_connections_max": 1}, {}, None)
+    assert config.kafka_connections_max == 1
 
 
 def test_the_admin_address_takes_both_spellings(tmp_path):

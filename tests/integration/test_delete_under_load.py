@@ -120,7 +120,8 @@ def test_delete_and_recreate_under_an_acks_all_producer(node: BrokerProcess) -> 
         f"{TOPIC}-{p}" for p in range(PARTITIONS)
     ]
     # Their files are closed: at most the I/O pool's lazily started workers were added.
-    assert open_fds(node) <= fds_before + 2 * shard_limits.io_threads
+    workers = shard_limits.io_threads + shard_limits.read_io_threads
+    assert open_fds(node) <= fds_before + 2 * workers
     # The topic reads whole from every shard: offsets 0, 1, 2, ... and records as written
     # (librdkafka retries what it had queued during a deletion into the new topic, with its
     # old stamp, so older generations may appear; bytes of a deleted file may not).

@@ -159,8 +159,9 @@ def test_clients_that_vanish_mid_request_leave_nothing(node: BrokerProcess) -> N
     assert total(node, "krill_long_poll_watches") == 0
     assert total(node, "krill_cross_shard_calls_pending") <= 8  # at most a subscription each
     fds_after = total(node, "krill_shard_open_fds")
-    # I/O pool workers start when first needed, each with an eventfd: at most io_threads.
-    assert fds_after <= fds_before + 2 * shard_limits.io_threads, (fds_before, fds_after)
+    # Pool workers start when first needed, each with an eventfd: at most this many a shard.
+    workers = shard_limits.io_threads + shard_limits.read_io_threads
+    assert fds_after <= fds_before + 2 * workers, (fds_before, fds_after)
     rss_after = total(node, "krill_shard_resident_memory_bytes")
     assert rss_after < rss_before + 24 * MiB, (rss_before, rss_after)
     # Every produce that arrived whole was kept: 8 + 300 raw ones and 6 steady ones.

@@ -67,6 +67,8 @@ class FakeShard:
     def run_blocking(self, fn: Callable[[], Any], done: Callable[[Any, Any], None]) -> None:
         asyncio.get_event_loop().call_soon(lambda: done(fn(), None))
 
+    read_blocking = run_blocking
+
 
 @pytest.fixture
 def loop() -> Iterator[asyncio.AbstractEventLoop]:
