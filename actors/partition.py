@@ -232,7 +232,7 @@ class Partition(LoopActor):
 
     def on_stop(self) -> None:
         self._fail_waiters(ErrorCode.NOT_LEADER_OR_FOLLOWER)
-        self.services.long_polls.gone(self.topic, self.index)
+        self.services.long_polls.gone((self.topic, self.index))
         if not self._flushing:
             self._close_log()
         # else the flush in flight closes it when it returns (_flush_returned)
@@ -460,8 +460,9 @@ class Partition(LoopActor):
     def _publish(self) -> None:
         """Tell the shard's watermark table (long polls, idle reads) what changed."""
         assert self._log is not None
-        state = Published(self.high_watermark, self._log.log_start_offset, self.leader_epoch)
-        self.services.long_polls.publish(self.topic, self.index, state)
+        hwm, start = self.high_watermark, self._log.log_start_offset
+        state = Published(hwm, start, self.leader_epoch, ReadResult(ErrorCode.NONE, hwm, start))
+        self.services.long_polls.publish((self.topic, self.index), state)
 
     def _fail_waiters(self, error: ErrorCode) -> None:
         waiters, self._waiters = self._waiters, collections.deque()

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from actors.metrics import ShardMetrics
-    from actors.watermarks import Published
+    from actors.watermarks import Published, Waiter
 
 __all__ = [
     "BrokerSettings", "LongPolls", "Memory", "TopicInfo", "TopicTable", "Services", "now_ms"
@@ -75,27 +75,26 @@ class Memory(Protocol):
 
 class LongPolls(Protocol):
     """The shard's watermark table (actors/watermarks.py), across shards: partitions publish
-    into it, long-poll fetches wait on it. Loop thread only."""
+    into it, long-poll fetches wait on it. A partition is its key, (topic, index). Loop
+    thread only."""
 
-    def publish(self, topic: str, index: int, state: Published) -> None:
+    def publish(self, key: tuple[str, int], state: Published) -> None:
         """A partition of this shard changed its high watermark (or log start, or epoch)."""
         ...
 
-    def gone(self, topic: str, index: int) -> None:
+    def gone(self, key: tuple[str, int]) -> None:
         """A partition of this shard stopped (deleted, or the shard stops)."""
         ...
 
-    def idle_read(self, topic: str, index: int, offset: int, epoch: int) -> Published | None:
+    def idle_read(self, key: tuple[str, int], offset: int, epoch: int) -> Published | None:
         """A local partition's published state if a read at `offset` finds nothing; else
         None (ask the partition)."""
         ...
 
-    def watch(self, topic: str, index: int, seen: int, wake: Callable[[], None]) -> int | None:
-        """Call `wake()` once when the partition's high watermark passes `seen`; the token
-        to cancel with, or None if it already has (nothing registered)."""
+    def watch(self, key: tuple[str, int], seen: int, waiter: Waiter) -> bool:
+        """Wake `waiter` once the partition's high watermark passes `seen` (unless it is
+        cancelled first); False if it already has (nothing registered)."""
         ...
-
-    def cancel(self, topic: str, index: int, token: int) -> None: ...
 
 
 class Services(Protocol):

@@ -3,15 +3,20 @@
 A long-poll fetch (`max_wait_ms`, `min_bytes`) waits until one of its partitions has more to
 read. The partition actor owns its high watermark; every move is published here, on the shard's
 loop thread, and wakes the fetches waiting on that partition. Registering and cancelling a wait
-are dict operations, not messages, so a long poll of idle partitions costs nothing between
-appends, and what a request registers is gone when the request ends or its connection closes:
+cost a list append and a flag, not messages, so a long poll of idle partitions costs nothing
+between appends, and what a request registers is dead when the request ends or its connection
+closes:
 
-    fetch reads, not enough:  token = watch(key, seen=hwm it read, wake)   # None: moved already
-    partition flushes:        moved(key, hwm)   -> wake() for every watch with seen < hwm
-    fetch answers or aborts:  cancel(key, token)
+    fetch reads, not enough:  waiter = Waiter(wake)
+                              watch(key, seen=hwm it read, waiter)  # per partition; False:
+                                                                    # it moved already
+    partition flushes:        moved(key, hwm)   -> wake() of each live waiter with seen < hwm
+    fetch answers or aborts:  waiter.cancel()   # every partition's entry at once
 
-A watch fires once and is then gone. `seen` closes the race between a read and its watch: a
-partition that moved in between fires the watch at once (`watch` returns None).
+A waiter fires once and is then dead. `seen` closes the race between a read and its watch: a
+partition that moved in between answers `watch` with False and nothing is registered. Dead
+entries are swept from a partition's list when it grows past twice what was live at the last
+sweep (at least `SWEEP_ENTRIES_MIN`): a list stays bounded by the requests waiting on it.
 
 A partition of this shard publishes its log start and leader epoch with its watermark
 (`publish`), so a fetch at the high watermark of an idle local partition is answered from the
@@ -27,11 +32,29 @@ watermark for it and every watch waits.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
-__all__ = ["Published", "Watermarks"]
+__all__ = ["Published", "SWEEP_ENTRIES_MIN", "Waiter", "Watermarks"]
 
 Key = tuple[str, int]
+
+# A partition's list of waiters is swept of dead ones when it reaches this many entries, or
+# twice what was live after the last sweep if more: amortized, one check per registration.
+SWEEP_ENTRIES_MIN = 64
+
+
+class Waiter:
+    """One waiting round of one request, on all its partitions: woken once, by the first of
+    them to move past what it read, or cancelled; either way dead after."""
+
+    __slots__ = ("wake", "live")
+
+    def __init__(self, wake: Callable[[], None]) -> None:
+        self.wake = wake
+        self.live = True
+
+    def cancel(self) -> None:
+        self.live = False
 
 
 class Published(NamedTuple):
@@ -40,31 +63,41 @@ class Published(NamedTuple):
     high_watermark: int
     log_start_offset: int
     leader_epoch: int
+    at_end: Any  # what a read at the high watermark answers (made once, not per fetch)
 
 
 class Watermarks:
     """The shard's table of watermarks and waiting watches. Loop thread only."""
 
-    def __init__(self) -> None:
+    def __init__(self, on_foreign_watch: Callable[[Key, int], None] | None = None) -> None:
+        """`on_foreign_watch(key, seen)`: called for each watch registered on a partition no
+        partition of this shard has published (another shard's: the runtime subscribes)."""
+        self._on_foreign_watch = on_foreign_watch
         self._marks: dict[Key, int] = {}
         self._published: dict[Key, Published] = {}  # this shard's partitions only
-        self._watches: dict[Key, dict[int, tuple[int, Callable[[], None]]]] = {}
-        self._next_token = 1
+        self._watches: dict[Key, list[tuple[int, Waiter]]] = {}  # (seen, waiter), some dead
+        self._sweep_at: dict[Key, int] = {}  # a partition's list length that triggers a sweep
 
     def high_watermark(self, key: Key) -> int | None:
         """The last high watermark published for `key`, or None if none was."""
         return self._marks.get(key)
 
-    def watch(self, key: Key, seen: int, wake: Callable[[], None]) -> int | None:
-        """Call `wake()` once, when the watermark of `key` passes `seen`. Returns the token to
-        cancel with, or None when it has already passed (nothing is registered)."""
+    def watch(self, key: Key, seen: int, waiter: Waiter) -> bool:
+        """Wake `waiter` when the watermark of `key` passes `seen`. False when it already has
+        (nothing is registered)."""
         mark = self._marks.get(key)
         if mark is not None and mark > seen:
-            return None
-        token = self._next_token
-        self._next_token += 1
-        self._watches.setdefault(key, {})[token] = (seen, wake)
-        return token
+            return False
+        entries = self._watches.get(key)
+        if entries is None:
+            entries = self._watches[key] = []
+        entries.append((seen, waiter))
+        if len(entries) >= self._sweep_at.get(key, SWEEP_ENTRIES_MIN):
+            entries[:] = [entry for entry in entries if entry[1].live]
+            self._sweep_at[key] = max(SWEEP_ENTRIES_MIN, 2 * len(entries))
+        if self._on_foreign_watch is not None and key not in self._published:
+            self._on_foreign_watch(key, seen)
+        return True
 
     def publish(self, key: Key, state: Published) -> None:
         """A partition of this shard changed: record it, and wake the watches it passes."""
@@ -86,38 +119,42 @@ class Watermarks:
             return None
         return state
 
-    def cancel(self, key: Key, token: int) -> None:
-        watches = self._watches.get(key)
-        if watches is not None and watches.pop(token, None) is not None and not watches:
-            del self._watches[key]
-
     def moved(self, key: Key, high_watermark: int) -> None:
-        """The watermark of `key` is now `high_watermark`: wake the watches below it."""
+        """The watermark of `key` is now `high_watermark`: wake the waiters below it."""
         self._marks[key] = high_watermark
-        watches = self._watches.get(key)
-        if not watches:
+        entries = self._watches.get(key)
+        if not entries:
             return
-        ready = [token for token, (seen, _) in watches.items() if seen < high_watermark]
-        wakes = [watches.pop(token)[1] for token in ready]
-        if not watches:
+        ready = [waiter for seen, waiter in entries if waiter.live and seen < high_watermark]
+        entries[:] = [e for e in entries if e[1].live and e[0] >= high_watermark]
+        if not entries:
             del self._watches[key]
-        for wake in wakes:
-            wake()
+            self._sweep_at.pop(key, None)
+        for waiter in ready:
+            if waiter.live:  # a waiter woken by an earlier one's wake cancels itself
+                waiter.live = False
+                waiter.wake()
 
     def gone(self, key: Key) -> None:
-        """The partition is gone (deleted, or its shard stops): wake every watch and forget
+        """The partition is gone (deleted, or its shard stops): wake every waiter and forget
         it, so each waiting fetch reads again and answers the error it finds."""
         self._marks.pop(key, None)
         self._published.pop(key, None)
-        watches = self._watches.pop(key, None)
-        for _, wake in (watches or {}).values():
-            wake()
+        self._sweep_at.pop(key, None)
+        for _, waiter in self._watches.pop(key, ()):
+            if waiter.live:
+                waiter.live = False
+                waiter.wake()
 
     def waiting(self, key: Key | None = None) -> int:
-        """Watches registered, for one partition or all (tests, metrics)."""
-        if key is not None:
-            return len(self._watches.get(key, ()))
-        return sum(len(w) for w in self._watches.values())
+        """Live waiters registered, on one partition or all (tests, metrics): counted, so
+        O(entries), for scrapes and tests only."""
+        lists = [self._watches.get(key, [])] if key is not None else self._watches.values()
+        return sum(1 for entries in lists for _, waiter in entries if waiter.live)
+
+    def entries(self) -> int:
+        """Entries held, dead ones not yet swept included (what the bound is about)."""
+        return sum(len(entries) for entries in self._watches.values())
 
     def published(self) -> dict[Key, Published]:
         """This shard's partitions as they last published (metrics, health)."""

@@ -138,10 +138,12 @@ def _idle_consumers_on(args: argparse.Namespace, krill: str | None) -> dict[str,
         time.sleep(5)
         after = tree_rss_mib(broker.pid)
     fraction = (cpu1 - cpu0) / (t1 - t0)
+    fetches = fetches1 - fetches0
     return {
+        "broker_cpu_us_per_fetch": round((cpu1 - cpu0) / fetches * 1e6, 1) if fetches else None,
         "seconds": round(t1 - t0, 1),
         "broker_cpu_fraction_of_core": round(fraction, 4),
-        "fetch_requests_per_s": round((fetches1 - fetches0) / (t1 - t0), 1) or None,
+        "fetch_requests_per_s": round(fetches / (t1 - t0), 1) or None,
         "rss_start_mib": round(rss[0][1], 1),
         "rss_end_mib": round(rss[-1][1], 1),
         "rss_growth_mib": round(rss[-1][1] - rss[0][1], 2),

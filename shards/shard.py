@@ -270,7 +270,7 @@ class Shard:
             if ref is not None:
                 ref.tell(Delete(_move_to_trash(directory)))
             else:
-                self.long_polls.gone(name, index)
+                self.long_polls.gone((name, index))
                 if self._router is not None:
                     self._router.forget_segments(str(directory) + "/")
 

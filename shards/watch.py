@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from actors.watermarks import Published, Watermarks
+from actors.watermarks import Waiter, Watermarks
 
 if TYPE_CHECKING:
     from shards.router import Router
@@ -40,13 +40,19 @@ class WatchService:
     """This shard's watermark table and its subscriptions to other shards' partitions."""
 
     def __init__(self, shard_id: int, owner_of: Callable[[str, int], int]) -> None:
-        self.table = Watermarks()
+        self.table = Watermarks(on_foreign_watch=self._foreign_watch)
         self._shard_id = shard_id
         self._owner_of = owner_of
         self._is_local: Callable[[str, int], bool] = lambda _topic, _index: True
         self._router: Router | None = None
         self._subscribed: set[Key] = set()  # partitions with a subscription outstanding
         self._served = 0  # watches held here for peers' subscriptions
+
+        # Straight to the table: a long poll calls these for each of its partitions.
+        self.watch = self.table.watch
+        self.idle_read = self.table.idle_read
+        self.publish = self.table.publish
+        self.gone = self.table.gone
 
     def bind(self, router: Router, is_local: Callable[[str, int], bool]) -> None:
         """Join the pipe mesh; `is_local(topic, index)`: whether a partition actor runs here."""
@@ -71,24 +77,11 @@ class WatchService:
 
     # The Services side (actors call these through the shard) --------------------------------
 
-    def watch(self, topic: str, index: int, seen: int, wake: Callable[[], None]) -> int | None:
-        key = (topic, index)
-        token = self.table.watch(key, seen, wake)
-        if token is not None and key not in self._subscribed and self._remote(key):
+    def _foreign_watch(self, key: Key, seen: int) -> None:
+        """A watch was registered on a partition no partition here published: subscribe to
+        its owner, unless a subscription is already out (or it is ours, still starting)."""
+        if key not in self._subscribed and self._remote(key):
             self._subscribe(key, seen)
-        return token
-
-    def cancel(self, topic: str, index: int, token: int) -> None:
-        self.table.cancel((topic, index), token)
-
-    def publish(self, topic: str, index: int, state: Published) -> None:
-        self.table.publish((topic, index), state)
-
-    def idle_read(self, topic: str, index: int, offset: int, epoch: int) -> Published | None:
-        return self.table.idle_read((topic, index), offset, epoch)
-
-    def gone(self, topic: str, index: int) -> None:
-        self.table.gone((topic, index))
 
     # Subscriptions to other shards ------------------------------------------------------------
 
@@ -132,7 +125,7 @@ class WatchService:
             self._served -= 1
             wake()
 
-        if self.table.watch(key, header["seen"], woken) is None:
-            wake()
-        else:
+        if self.table.watch(key, header["seen"], Waiter(woken)):
             self._served += 1
+        else:
+            wake()

@@ -9,11 +9,11 @@ Fetch sessions are declined: the answer always carries SessionId 0, so clients k
 full fetches (gotcha 8). Each partition's owner answers where the bytes are; the connection
 sends them with sendfile. Whole batches only: a fetch inside a batch returns the whole batch.
 
-A long poll waits until `min_bytes` are there or `max_wait_ms` passes. It registers one watch
-per partition in the shard's watermark table (actors/watermarks.py), woken when a partition's
-high watermark passes what this request read; the first wake cancels the others and reads
-again. Every watch and the timer are released when the request answers, and when its
-connection closes first: an idle long poll holds nothing once it is over.
+A long poll waits until `min_bytes` are there or `max_wait_ms` passes. It registers one waiter
+on every partition in the shard's watermark table (actors/watermarks.py), woken when a
+partition's high watermark passes what this request read; then it reads again. The waiter is
+cancelled, on all partitions at once, and the timer released when the request answers, and
+when its connection closes first: an idle long poll holds nothing once it is over.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from actors.handlers.join import Join, send
 from actors.metrics import ShardMetrics
 from actors.partition import FetchBudget, Read, ReadResult
 from actors.runtime import current_loop
+from actors.watermarks import Waiter
 from storage import FileSlice
 from wire.errors import ErrorCode
 from wire.messages.fetch import FetchRequest, FetchResponse
@@ -57,7 +58,9 @@ class _Fetch:
     def __init__(self, ctx: Any, request: FetchRequest) -> None:
         self.ctx = ctx
         self.parts = [(t.topic, p) for t in request.topics for p in t.partitions]
-        self.refs = [ctx.services.partition(topic, p.partition) for topic, p in self.parts]
+        self.keys = [(topic, p.partition) for topic, p in self.parts]
+        # Partition actors, looked up when a round must ask one (the table answers the rest).
+        self.refs: dict[int, Any] = {}
         self.max_bytes = min(
             request.max_bytes if ctx.version >= 3 else limits.fetch_response_bytes_max,
             limits.fetch_response_bytes_max,
@@ -66,7 +69,7 @@ class _Fetch:
         wait_ms = min(max(request.max_wait_ms, 0), limits.fetch_wait_ms_max)
         self.deadline = time.monotonic() + wait_ms / 1000
         self.timer: Any = None
-        self.watches: list[tuple[str, int, int]] = []  # (topic, partition, token) registered
+        self.waiter: Waiter | None = None  # this round's wait on every partition
         self.last_results: list[ReadResult] = []  # what the round before the wait read
         self.done = False
 
@@ -75,26 +78,31 @@ class _Fetch:
         table answers (missing, or idle at the offset asked); `read_done` when all are in."""
         results: list[ReadResult | None] = [None] * len(self.parts)
         to_read: list[int] = []
-        idle_read = self.ctx.services.long_polls.idle_read
-        for index, ((topic, p), ref) in enumerate(zip(self.parts, self.refs, strict=True)):
+        missing = False
+        idle_read, partition = self.ctx.services.long_polls.idle_read, self.ctx.services.partition
+        for index, ((_, p), key) in enumerate(zip(self.parts, self.keys, strict=True)):
+            idle = idle_read(key, p.fetch_offset, p.current_leader_epoch)
+            if idle is not None:  # a local partition with nothing past the offset: no message
+                results[index] = idle.at_end
+                continue
+            ref = self.refs.get(index)
+            if ref is None:
+                ref = self.refs[index] = partition(*key)
             if ref is None:
                 results[index] = ReadResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
-                continue
-            idle = idle_read(topic, p.partition, p.fetch_offset, p.current_leader_epoch)
-            if idle is None:
+                missing = True
+            else:
                 to_read.append(index)
-            else:  # a local partition with nothing past the offset: no message
-                results[index] = ReadResult(
-                    ErrorCode.NONE, idle.high_watermark, idle.log_start_offset
-                )
-        if not to_read:
-            self.read_done(results)  # type: ignore[arg-type]
+        if not to_read:  # what the table answered is empty and fine: only `missing` counts
+            self.read_done(results, 0, missing)  # type: ignore[arg-type]
             return
 
         def read_all(read: list[ReadResult]) -> None:
             for index, result in zip(to_read, read, strict=True):
                 results[index] = result
-            self.read_done(results)  # type: ignore[arg-type]
+            total = sum(r.size for r in read)
+            failed = missing or any(r.error != ErrorCode.NONE for r in read)
+            self.read_done(results, total, failed)  # type: ignore[arg-type]
 
         budget = FetchBudget(self.max_bytes)
         join = Join(len(to_read), read_all)
@@ -106,26 +114,24 @@ class _Fetch:
             if not send(self.refs[index], read):
                 reply(ReadResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
 
-    def read_done(self, results: list[ReadResult]) -> None:
+    def read_done(self, results: list[ReadResult], total: int, failed: bool) -> None:
+        """The round is in: `total` bytes read, `failed` if any partition answered an error."""
         if self.done:
             return  # the connection closed while this round read
-        total = sum(r.size for r in results)
         remaining = self.deadline - time.monotonic()
         enough = total >= self.min_bytes
-        failed = any(r.error != ErrorCode.NONE for r in results)
         if enough or failed or remaining <= 0 or not self.parts:
             self.finish(results)
             return
         # Long poll: wait for any partition's high watermark to pass what this round saw.
         self.last_results = results
-        watch = self.ctx.services.long_polls.watch
-        for (topic, p), result in zip(self.parts, results, strict=True):
-            token = watch(topic, p.partition, result.high_watermark, self.wake)
-            if token is None:  # it moved since this round read it
+        watch, waiter = self.ctx.services.long_polls.watch, Waiter(self.wake)
+        self.waiter = waiter
+        for key, result in zip(self.keys, results, strict=True):
+            if not watch(key, result.high_watermark, waiter):  # it moved since it was read
                 self.cancel_watches()
                 current_loop().call_soon(self.wake)
                 return
-            self.watches.append((topic, p.partition, token))
         if self.timer is None:
             self.timer = current_loop().call_later(remaining, self.expire)
 
@@ -150,10 +156,9 @@ class _Fetch:
             self.timer = None
 
     def cancel_watches(self) -> None:
-        cancel = self.ctx.services.long_polls.cancel
-        for topic, partition, token in self.watches:
-            cancel(topic, partition, token)
-        self.watches.clear()
+        if self.waiter is not None:  # dead on every partition at once; swept later
+            self.waiter.cancel()
+            self.waiter = None
 
     def finish(self, results: list[ReadResult]) -> None:
         self.done = True
@@ -161,7 +166,7 @@ class _Fetch:
             self.timer.cancel()
             self.timer = None
         metrics = self.ctx.services.metrics
-        if metrics is not None:
+        if metrics is not None and any(r.records is not None for r in results):
             _count_fetched(metrics, self.parts, results)
         self.ctx.respond(self.response(results))
 

@@ -30,6 +30,7 @@ from actors.partition import (
 from actors.runtime import bind_loop, stop_all_actors
 from actors.services import BrokerSettings, TopicTable
 from actors.topic_config import TopicSettings
+from actors.watermarks import Waiter
 from shards import limits
 from shards.arena import ArenaSet
 from shards.pipes import MemoryPipeNetwork
@@ -206,7 +207,7 @@ def test_read_watch_and_list_offsets_cross(
     watches0 = router0._shard.long_polls
     remote = RemotePartition(router0, 1, "t", 0)
     woken: list[bool] = []
-    assert watches0.watch("t", 0, 0, lambda: woken.append(True)) is not None
+    assert watches0.watch(("t", 0), 0, Waiter(lambda: woken.append(True)))
     produced: list[ProduceResult] = []
     batch = build_batch([(b"k", b"hello", [])])
     remote.tell(Produce(memoryview(batch), iter_batches(batch), -1, produced.append))
@@ -242,12 +243,12 @@ def test_many_waiting_watches_make_one_subscription(
     router0, _router1, shard1 = two_shards
     watches0 = router0._shard.long_polls
     woken: list[int] = []
-    tokens = [watches0.watch("t", 0, 0, lambda i=i: woken.append(i)) for i in range(100)]
-    assert None not in tokens
+    waiters = [Waiter(lambda i=i: woken.append(i)) for i in range(100)]
+    assert all(watches0.watch(("t", 0), 0, w) for w in waiters)
     settle(loop, lambda: shard1.long_polls.table.waiting(("t", 0)) == 1)
     assert router0.pending_calls == 1 and watches0.subscriptions == 1
-    for token in tokens[:99]:
-        watches0.cancel("t", 0, token)  # type: ignore[arg-type]
+    for w in waiters[:99]:
+        w.cancel()
     assert watches0.table.waiting() == 1
     remote = RemotePartition(router0, 1, "t", 0)
     produced: list[ProduceResult] = []
@@ -258,7 +259,7 @@ def test_many_waiting_watches_make_one_subscription(
     assert watches0.table.waiting() == 0 and shard1.long_polls.table.waiting() == 0
     assert watches0.subscriptions == 0
     # A watch that read less than the owner has now fires at once: nothing to register.
-    assert watches0.watch("t", 0, 0, lambda: None) is None
+    assert not watches0.watch(("t", 0), 0, Waiter(lambda: None))
 
 
 def test_a_watch_newer_than_its_subscription_subscribes_again(
@@ -271,8 +272,8 @@ def test_a_watch_newer_than_its_subscription_subscribes_again(
     remote = RemotePartition(router0, 1, "t", 0)
     first: list[bool] = []
     further: list[bool] = []
-    watches0.watch("t", 0, 0, lambda: first.append(True))
-    watches0.watch("t", 0, 1, lambda: further.append(True))
+    watches0.watch(("t", 0), 0, Waiter(lambda: first.append(True)))
+    watches0.watch(("t", 0), 1, Waiter(lambda: further.append(True)))
     produced: list[ProduceResult] = []
     for count, value in enumerate((b"one", b"two"), start=1):
         batch = build_batch([(b"k", value, [])])
