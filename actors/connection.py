@@ -76,6 +76,16 @@ class RequestContext:
         "connection", "services", "api_key", "version", "client_id", "frame_buffer", "_slot"
     )
 
+    @property
+    def memo(self) -> Any:
+        """What this API's handler kept on this connection from its last request (one value
+        per API key, dropped with the connection), or None."""
+        return self.connection.memos.get(self.api_key)
+
+    @memo.setter
+    def memo(self, value: Any) -> None:
+        self.connection.memos[self.api_key] = value
+
     def __init__(
         self,
         connection: Connection,
@@ -119,6 +129,11 @@ class Connection(LoopActor):
         self._services = services
         self._peer = _peer_name(sock)
         self._frames = FrameReader(buffers=services.frame_buffer, scratch=services.frame_scratch)
+        # Idle consumers ask the same thing every few ms: a handler may answer with the very
+        # same response object again (`ctx.memo` keeps what it needs to know that), and then
+        # its bytes are not encoded again: (response, version, body bytes).
+        self._encoded: tuple[Any, int, bytes] | None = None
+        self.memos: dict[int, Any] = {}
         self._pending: collections.deque[_Slot] = collections.deque()
         self._out: collections.deque[Any] = collections.deque()  # memoryviews and file regions
         self._out_head_sent = 0  # bytes of _out[0] already sent
@@ -174,6 +189,8 @@ class Connection(LoopActor):
             if slot.abort is not None and not slot.done:
                 slot.abort()
         self._out.clear()
+        self._encoded = None
+        self.memos.clear()
         self._frames.close()
         self._sock.close()
 
@@ -326,15 +343,31 @@ class Connection(LoopActor):
             self._resume_reading()
 
     def _encode(self, slot: _Slot) -> None:
-        writer = Writer()
-        size_at = writer.reserve_int32()
-        writer.int32(slot.correlation_id)
-        if response_header_version(slot.api_key, slot.version) >= 1:
-            writer.unsigned_varint(0)  # empty tagged-field section
-        slot.response.encode(writer, slot.version)
-        writer.patch_int32(size_at, writer.size - 4)
-        for chunk in writer.chunks():
-            self._out.append(chunk)
+        """Frame a response: its header, then its body, encoded once if a handler answers
+        with the very same response object again (a memo: an idle long poll's answer)."""
+        response, version = slot.response, slot.version
+        encoded = self._encoded
+        if encoded is not None and encoded[0] is response and encoded[1] == version:
+            chunks: list[Any] = [encoded[2]]
+            size = len(encoded[2])
+        else:
+            body = Writer()
+            response.encode(body, version)
+            chunks, size = body.chunks(), body.size
+            if len(chunks) == 1 and not is_region(chunks[0]):  # bytes only: may be kept
+                keep = size <= limits.connection_memo_bytes_max
+                self._encoded = (response, version, chunks[0]) if keep else None
+        head = Writer()
+        size_at = head.reserve_int32()
+        head.int32(slot.correlation_id)
+        if response_header_version(slot.api_key, version) >= 1:
+            head.unsigned_varint(0)  # empty tagged-field section
+        head.patch_int32(size_at, head.size - 4 + size)
+        out = self._out
+        out.append(head.getvalue())
+        self._out_bytes += head.size
+        for chunk in chunks:
+            out.append(chunk)
             self._out_bytes += chunk.length if is_region(chunk) else len(chunk)
 
     def _send(self) -> None:

@@ -11,6 +11,10 @@ connection_inflight_requests_max = 1000
 # Bytes of encoded responses queued on one socket before the connection stops reading
 # (the client is not draining its socket).
 connection_send_queue_bytes_max = 64 * 1024 * 1024
+# Largest response body a connection keeps to send again (an idle consumer's repeated
+# answer): one per connection, so 10,000 connections hold at most ~650 MB in the worst case
+# and a few MB in practice (a fetch answer of 48 idle partitions: 2 KB).
+connection_memo_bytes_max = 64 * 1024
 # Bytes the connection reads per recv call (one syscall per this many bytes at most).
 connection_recv_bytes_max = 256 * 1024
 

@@ -11,15 +11,16 @@ has exactly one owner and needs no lock. A produce runs in two phases (DESIGN.md
 
 With `write.caching=true` the high watermark follows the written offset and acks are answered
 at once; the flush still runs in the background. Fetches see only offsets below the high
-watermark. Every move is published to the shard's watermark table (`Services.
-high_watermark_moved`, actors/watermarks.py), which wakes the long polls waiting on it.
+watermark. Every move is published to the shard's watermark table
+(`Services.long_polls.publish`, actors/watermarks.py), which wakes the long polls waiting on
+it and answers reads at the high watermark of an idle partition without a message here.
 
 A flush runs on the I/O pool with the log's fds, so the log is closed only once no flush is
 out: a topic deleted, or a shard stopped, while one runs closes the log when it returns.
 
 Reads never wait on the disk (storage/page_cache.py): the log is read with `nowait`, and a
-read that would touch a page not in memory is answered later, after the I/O pool has read
-that range in; every other partition and connection of the shard goes on meanwhile.
+read that would touch a page not in memory is answered later, after the shard's read pool
+has read that range in; every other partition and connection of the shard goes on meanwhile.
 """
 
 from __future__ import annotations
@@ -155,7 +156,7 @@ class Delete(NamedTuple):
     """The topic was deleted: fail waiters, close the log, remove the directory, stop.
 
     The shard renamed the directory to `trash` before telling (a topic of the same name may
-    be created there at once); it is removed on the I/O pool."""
+    be created there at once); it is removed on the read pool."""
 
     trash: Path
 
@@ -227,6 +228,7 @@ class Partition(LoopActor):
     def on_start(self) -> None:
         self._log = DiskLog.open(self.directory, self._log_config())
         self._rebuild_producer_state()
+        self._log.serve()  # reads come from the loop from here on
         self.high_watermark = self._log.flushed_offset
         self._publish()
 
@@ -562,8 +564,7 @@ class Partition(LoopActor):
         timestamp is `timestamp` (exact) or at least `timestamp`, as Kafka answers by-time
         lookups. The indexes find the batch; this decodes just that one batch."""
         assert self._log is not None
-        # One whole batch.
-        data = self._log.read_bytes(batch_offset, 1, self.high_watermark, nowait)
+        data = self._log.read_bytes(batch_offset, 1, self.high_watermark, nowait)  # one batch
         try:
             _, records = decode_batch(data)
         except DecodeError as e:  # our log holds only batches that passed their CRC
@@ -582,7 +583,7 @@ class Partition(LoopActor):
         return attempts < limits.cold_read_attempts_max
 
     def _warm_and_retry(self, miss: NotCached, m: Read | ListOffset, attempts: int) -> None:
-        """Read the missing range in on the I/O pool, then serve `m` again."""
+        """Read the missing range in on the read pool, then serve `m` again."""
         ref = self.actor_ref
 
         def warmed(_result: Any, error: BaseException | None) -> None:

@@ -58,6 +58,10 @@ TARGET_METRICS_THROUGHPUT_RATIO = 0.97
 TARGET_SLOPE_PER_10_MIN = 1.0  # MiB of RSS, and open fds
 IDLE_PARTITIONS, IDLE_CONSUMERS = 48, 4
 COLD_RATE, COLD_READ_MB_PER_S = 20_000, 100
+# The soak's records are small: it looks for what clients' requests leave behind, and the
+# log's own growth (indexes ~0.5% of the bytes stored, 3 fds a segment, both bounded only by
+# retention) would hide it; at 2,000 x 16 B a second that is ~0.2 MiB per 10 minutes.
+SOAK_RATE, SOAK_VALUE_BYTES = 2000, 16
 
 
 def _metric(broker: Broker, name: str, **labels: str) -> float:
@@ -293,8 +297,8 @@ def run_cold_reads(args: argparse.Namespace) -> dict[str, Any]:
 
 def run_metrics_overhead(args: argparse.Namespace) -> dict[str, Any]:
     res, t0 = header("metrics_overhead", args), time.monotonic()
-    n = 20_000 if args.quick else 100_000
-    rounds = 2 if args.quick else 4
+    n = 20_000 if args.quick else 200_000
+    rounds = 2 if args.quick else 6
     res.update({"messages": n, "value_bytes": 1024, "partitions": 6, "rounds_per_side": rounds,
                 "target_ratio": TARGET_METRICS_THROUGHPUT_RATIO})
     sides: dict[str, list[dict[str, Any]]] = {"on": [], "off": []}
@@ -355,7 +359,7 @@ class _SteadyProducer(threading.Thread):
         return taken
 
     def run(self) -> None:
-        value, sent, t0 = b"s" * 1024, 0, time.perf_counter()
+        value, sent, t0 = b"s" * SOAK_VALUE_BYTES, 0, time.perf_counter()
         while not self.stop.is_set():
             due = int((time.perf_counter() - t0) * self.rate)
             while sent < due:
@@ -410,7 +414,8 @@ def run_soak(args: argparse.Namespace) -> dict[str, Any]:
     res, t0 = header("soak", args), time.monotonic()
     minutes = 180.0 if args.long else (2.0 if args.quick else args.soak_minutes)
     warmup_s = 30.0 if args.quick else 120.0
-    res.update({"minutes": minutes, "warmup_s": warmup_s, "shards": 2, "producer_rate": 2000,
+    res.update({"minutes": minutes, "warmup_s": warmup_s, "shards": 2,
+                "producer_rate": SOAK_RATE, "value_bytes": SOAK_VALUE_BYTES,
                 "target_slope_per_10_min": TARGET_SLOPE_PER_10_MIN})
     stop = threading.Event()
     samples: list[dict[str, Any]] = []
@@ -420,7 +425,7 @@ def run_soak(args: argparse.Namespace) -> dict[str, Any]:
             check = liveness(broker)
             create_topic(broker.bootstrap, "soak", 6)
             create_topic(broker.bootstrap, "quiet", IDLE_PARTITIONS)
-            producer = _SteadyProducer(broker.bootstrap, "soak", 2000, stop)
+            producer = _SteadyProducer(broker.bootstrap, "soak", SOAK_RATE, stop)
             readers = [Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "readers",
                                  "auto.offset.reset": "earliest"}) for _ in range(2)]
             idlers = [Consumer({"bootstrap.servers": broker.bootstrap, "group.id": f"idle{i}",
@@ -450,6 +455,9 @@ def run_soak(args: argparse.Namespace) -> dict[str, Any]:
                         "delivered": len(window),
                         "watches": _metric(broker, "krill_long_poll_watches"),
                         "connections": _metric(broker, "krill_kafka_connections"),
+                        "segments": len(list(Path(broker.data_dir).glob("*/*.log"))),
+                        "stored_mb": round(sum(p.stat().st_size for p in
+                                               Path(broker.data_dir).glob("*/*.log")) / 1e6, 1),
                     })
                     log(f"soak {elapsed / 60:.1f} min: {json.dumps(samples[-1])}")
             finally:

@@ -207,10 +207,7 @@ class _Collector:
             if counts:
                 _histogram(latency, [name], counts, total, LATENCY_BUCKETS_S)
         yield latency
-        yield GaugeMetricFamily(
-            "redpanda_rpc_active_connections", "Open client connections",
-            labels=["redpanda_server"]
-        ) if not metrics else _gauge_with(
+        yield _gauge_with(
             "redpanda_rpc_active_connections", "Open client connections", ["redpanda_server"],
             [(["kafka"], sum(m["connections"] for m in metrics))])
         yield from _group_metrics(metrics, hwm)
@@ -438,11 +435,26 @@ class AdminServer:
 
 
 class _Handler(BaseHTTPRequestHandler):
+    """One request per connection (HTTP/1.0), at most `admin_requests_in_flight_max` at once,
+    each socket timing out after `admin_socket_timeout_s`: a client cannot keep threads of
+    the supervisor, however many connections it opens or however slowly it sends."""
+
     node: Node
-    protocol_version = "HTTP/1.1"
+    protocol_version = "HTTP/1.0"
     server_version = "krill-admin"
+    timeout = limits.admin_socket_timeout_s
+    in_flight = threading.BoundedSemaphore(limits.admin_requests_in_flight_max)
 
     def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        if not self.in_flight.acquire(blocking=False):
+            self._send(503, b"too many admin requests at once; retry\n")
+            return
+        try:
+            self._get()
+        finally:
+            self.in_flight.release()
+
+    def _get(self) -> None:
         path = self.path.split("?", 1)[0].rstrip("/") or "/"
         node = self.node
         try:

@@ -90,5 +90,10 @@ stats_high_water_mark_messages = 16
 stats_request_bytes_max = 4096
 # How long the admin server waits for a shard's snapshot before it reports it unready.
 stats_timeout_s = 5.0
+# Admin HTTP requests (shards/admin.py) served at once; past it a request gets 503 at once.
+# Each may ask every shard for a snapshot, so a flood of scrapes must not queue without end.
+admin_requests_in_flight_max = 16
+# An admin connection that sends nothing for this long is closed (it holds a thread).
+admin_socket_timeout_s = 10.0
 # Leaderless partitions /v1/cluster/health_overview lists by name (all are counted).
 health_partitions_listed_max = 100

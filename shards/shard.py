@@ -117,6 +117,7 @@ class Shard:
         self._connection_count = 0
         self._refused_connections = 0
         self._stats: StatsEndpoint | None = None
+        self._stats_context: zmq.Context[Any] | None = None
         self._ready = False
         self._started = time.time()
         self.exit_code = 0  # what the process exits with once the loop stops

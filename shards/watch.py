@@ -75,15 +75,13 @@ class WatchService:
         """Watches of this shard's own requests (long polls) waiting now."""
         return self.table.waiting() - self._served
 
-    # The Services side (actors call these through the shard) --------------------------------
+    # Subscriptions to other shards ------------------------------------------------------------
 
     def _foreign_watch(self, key: Key, seen: int) -> None:
         """A watch was registered on a partition no partition here published: subscribe to
         its owner, unless a subscription is already out (or it is ours, still starting)."""
         if key not in self._subscribed and self._remote(key):
             self._subscribe(key, seen)
-
-    # Subscriptions to other shards ------------------------------------------------------------
 
     def _remote(self, key: Key) -> bool:
         return self._router is not None and self._owner_of(*key) != self._shard_id

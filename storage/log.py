@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import NamedTuple, Protocol
 
 from storage import limits
-from storage.page_cache import NotCached, cached
+from storage.page_cache import NotCached, cached, no_readahead
 from storage.recovery import open_segments
 from storage.segment import BatchInfo, Segment
 from wire.record_batch import BatchHeader, patch_base_offset
@@ -236,6 +236,7 @@ class DiskLog(FlushAccounting):
         self.log_start_offset = segments[0].base_offset
         self.next_offset = self.written_offset = self.flushed_offset = segments[-1].next_offset
         self._closed = False
+        self._serving = False  # reads come from a shard's loop: no kernel readahead
 
     @classmethod
     def open(cls, directory: str | Path, config: LogConfig = LogConfig()) -> DiskLog:  # noqa: B008
@@ -291,12 +292,22 @@ class DiskLog(FlushAccounting):
         self._unsynced.add(active)
         return end
 
+    def serve(self) -> None:
+        """From now on reads come from a shard's loop, with `nowait`: no kernel readahead
+        on the segment files (storage/page_cache.py `no_readahead`). Start-up scans before
+        this (recovery, rebuilding producer state) keep it: they read whole files in order."""
+        self._serving = True
+        for segment in self._segments:
+            no_readahead(segment.fd)
+
     def _roll(self, base_offset: int) -> None:
         active = self._segments[-1]
         assert base_offset == active.next_offset, (active, base_offset)
         active.seal()
         self._unsynced.add(active)
         segment = Segment(self.directory, base_offset, self.config.index_interval_bytes)
+        if self._serving:
+            no_readahead(segment.fd)
         self._segments.append(segment)
         self._bases.append(base_offset)
         self._dir_dirty = True

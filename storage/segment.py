@@ -23,7 +23,7 @@ from typing import NamedTuple
 
 from storage import limits
 from storage.index import OffsetIndex, TimeIndex
-from storage.page_cache import no_readahead, read_nowait
+from storage.page_cache import read_nowait
 from wire.record_batch import BatchHeader, read_header
 
 __all__ = ["BatchInfo", "Segment", "header_at_position", "segment_path"]
@@ -50,7 +50,6 @@ class Segment:
         self.time_index = TimeIndex(segment_path(directory, base_offset, ".timeindex"))
         self.index_interval_bytes = index_interval_bytes
         self.fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT, 0o644)
-        no_readahead(self.fd)
         stat = os.fstat(self.fd)
         self.size = stat.st_size  # bytes of whole batches (recovery cuts the rest)
         self.inode = stat.st_ino  # tells this file from a later one at the same path

@@ -14,6 +14,10 @@ on every partition in the shard's watermark table (actors/watermarks.py), woken 
 partition's high watermark passes what this request read; then it reads again. The waiter is
 cancelled, on all partitions at once, and the timer released when the request answers, and
 when its connection closes first: an idle long poll holds nothing once it is over.
+
+A round that read nothing is answered with its partitions in one fixed order, and with the
+connection's previous answer while every partition's result is the same object: an idle
+consumer's answer is built and encoded once, not every `fetch.wait.max.ms` (`answer`).
 """
 
 from __future__ import annotations
@@ -165,35 +169,64 @@ class _Fetch:
         if self.timer is not None:
             self.timer.cancel()
             self.timer = None
+        if not any(r.records is not None for r in results):
+            self.ctx.respond(self.answer(results))
+            return
         metrics = self.ctx.services.metrics
-        if metrics is not None and any(r.records is not None for r in results):
+        if metrics is not None:
             _count_fetched(metrics, self.parts, results)
-        self.ctx.respond(self.response(results))
+        self.ctx.memo = None  # an answer with records is never the same twice
+        self.ctx.respond(_response(self.parts, results))
 
-    def response(self, results: list[ReadResult]) -> FetchResponse:
-        topics: dict[str, list[PartitionData]] = {}
-        for (topic, p), result in zip(self.parts, results, strict=True):
-            topics.setdefault(topic, []).append(
-                PartitionData(
-                    partition_index=p.partition,
-                    error_code=result.error,
-                    high_watermark=result.high_watermark,
-                    last_stable_offset=result.high_watermark,
-                    log_start_offset=result.log_start_offset,
-                    aborted_transactions=None,
-                    preferred_read_replica=-1,
-                    records=result.records if result.records is not None else _EMPTY,
-                )
+    def answer(self, results: list[ReadResult]) -> FetchResponse:
+        """The response to a round that read nothing, its partitions in one fixed order:
+        the one this connection got last if it asked for the same partitions and every
+        result is the same object (an idle partition's answer, made when it last published).
+        An idle consumer asks the same thing every few ms, and its answer is then built and
+        encoded once. The order is free: clients find a response's partitions by topic and
+        partition (librdkafka rotates where its requests start, so none match byte for
+        byte)."""
+        order = sorted(range(len(self.keys)), key=self.keys.__getitem__)
+        keys = [self.keys[i] for i in order]
+        ordered = [results[i] for i in order]
+        memo = self.ctx.memo
+        if (
+            memo is not None
+            and memo[0] == keys
+            and all(a is b for a, b in zip(memo[1], ordered, strict=True))
+        ):
+            response: FetchResponse = memo[2]
+            return response
+        parts = [self.parts[i] for i in order]
+        response = _response(parts, ordered)
+        self.ctx.memo = (keys, ordered, response)
+        return response
+
+
+def _response(parts: list[Any], results: list[ReadResult]) -> FetchResponse:
+    topics: dict[str, list[PartitionData]] = {}
+    for (topic, p), result in zip(parts, results, strict=True):
+        topics.setdefault(topic, []).append(
+            PartitionData(
+                partition_index=p.partition,
+                error_code=result.error,
+                high_watermark=result.high_watermark,
+                last_stable_offset=result.high_watermark,
+                log_start_offset=result.log_start_offset,
+                aborted_transactions=None,
+                preferred_read_replica=-1,
+                records=result.records if result.records is not None else _EMPTY,
             )
-        return FetchResponse(
-            throttle_time_ms=0,
-            error_code=ErrorCode.NONE,
-            session_id=0,
-            responses=[
-                FetchableTopicResponse(topic=name, partitions=partitions)
-                for name, partitions in topics.items()
-            ],
         )
+    return FetchResponse(
+        throttle_time_ms=0,
+        error_code=ErrorCode.NONE,
+        session_id=0,
+        responses=[
+            FetchableTopicResponse(topic=name, partitions=partitions)
+            for name, partitions in topics.items()
+        ],
+    )
 
 
 def _count_fetched(metrics: ShardMetrics, parts: list[Any], results: list[ReadResult]) -> None:
