@@ -30,6 +30,10 @@ fetch_response_bytes_max = 55 * 1024 * 1024
 # Idempotent producers: Kafka keeps the last 5 batches per producer for duplicate detection
 # (max.in.flight.requests.per.connection <= 5 with idempotence).
 producer_batches_remembered = 5
+# Idempotent producers one partition remembers (each: its epoch and last 5 batches, a few
+# hundred bytes); past it the one that wrote least recently is forgotten. Producers that
+# InitProducerId again and again cannot grow a partition's memory without end.
+producer_ids_per_partition_max = 1000
 # Producer ids handed out per persisted block (the next block is written before use).
 producer_id_block_size = 1000
 # Requests the controller holds while a metadata write is out (a few ms); past it they are

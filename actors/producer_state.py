@@ -11,6 +11,11 @@ against them before it is appended:
     producer unknown to this partition      -> accepted with any sequence (Kafka >= 2.5)
 
 Sequences wrap at int32 max. Nothing here does I/O; the Partition actor feeds it.
+
+The table holds at most `producer_ids_per_partition_max` producers: past it the one that
+wrote least recently is forgotten (as Redpanda's max_concurrent_producer_ids does; Kafka
+forgets a producer idle for a day). A forgotten producer's next batch is accepted as a new
+producer's, so only a retry of a batch it sent before it was forgotten could be stored twice.
 """
 
 from __future__ import annotations
@@ -91,10 +96,13 @@ class ProducerStateTable:
         last_offset: int,
     ) -> None:
         """Remember a batch that was appended at [first_offset, last_offset]."""
-        producer = self._producers.get(producer_id)
+        producers = self._producers
+        producer = producers.pop(producer_id, None)  # back in at the end: most recent
         if producer is None or epoch > producer.epoch:
             producer = _Producer(epoch)
-            self._producers[producer_id] = producer
+        producers[producer_id] = producer
+        if len(producers) > limits.producer_ids_per_partition_max:
+            del producers[next(iter(producers))]  # the one that wrote least recently
         last_sequence = _next_sequence(first_sequence, last_offset - first_offset)
         producer.batches.append(
             RememberedBatch(first_sequence, last_sequence, first_offset, last_offset)

@@ -28,7 +28,14 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from actors.handlers.join import Join, send
-from actors.partition import ListOffset, ListOffsetResult
+from actors.partition import (
+    EARLIEST_LOCAL_TIMESTAMP,
+    EARLIEST_TIMESTAMP,
+    LATEST_TIMESTAMP,
+    MAX_TIMESTAMP,
+    ListOffset,
+    ListOffsetResult,
+)
 from actors.services import now_ms
 from wire.errors import ErrorCode
 from wire.messages.list_offsets import ListOffsetsRequest, ListOffsetsResponse
@@ -43,11 +50,6 @@ MAX_VERSION = 7
 REQUEST = ListOffsetsRequest
 
 log = logging.getLogger(__name__)
-
-LATEST_TIMESTAMP = -1
-EARLIEST_TIMESTAMP = -2
-MAX_TIMESTAMP = -3
-EARLIEST_LOCAL_TIMESTAMP = -4
 
 
 class LegacyResult(NamedTuple):

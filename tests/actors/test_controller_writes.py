@@ -8,7 +8,7 @@ runs it, so the tests see what waits for what.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,8 +24,8 @@ from actors.controller import (
     TopicSpec,
     load_topic_table,
 )
-from actors.runtime import bind_loop, stop_all_actors
 from actors.services import BrokerSettings, TopicTable
+from tests.support.actor_loop import actor_loop
 from wire.errors import ErrorCode
 
 pytestmark = pytest.mark.timeout(30)
@@ -49,17 +49,7 @@ class HeldPool:
                 done(None, error)
 
 
-@pytest.fixture
-def loop() -> Iterator[asyncio.AbstractEventLoop]:
-    loop = asyncio.new_event_loop()
-    asyncio.set_event_loop(loop)
-    bind_loop(loop)
-    try:
-        yield loop
-    finally:
-        stop_all_actors()
-        loop.run_until_complete(asyncio.sleep(0.05))
-        loop.close()
+loop = pytest.fixture(actor_loop)
 
 
 def turn(loop: asyncio.AbstractEventLoop) -> None:

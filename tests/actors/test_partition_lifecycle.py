@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,11 +17,11 @@ import pytest
 
 from actors.metrics import ShardMetrics
 from actors.partition import Delete, Partition, PartitionInfo, Produce, ProduceResult
-from actors.runtime import bind_loop, stop_all_actors
 from actors.services import BrokerSettings
 from actors.topic_config import TopicSettings
 from actors.watermarks import Watermarks
 from shards.watch import WatchService
+from tests.support.actor_loop import actor_loop, settle
 from wire.errors import ErrorCode
 from wire.record_batch import iter_batches
 from wire.records import build_batch
@@ -60,28 +60,7 @@ class HeldServices:
         return self.long_polls.table
 
 
-@pytest.fixture
-def loop() -> Iterator[asyncio.AbstractEventLoop]:
-    loop = asyncio.new_event_loop()
-    asyncio.set_event_loop(loop)
-    bind_loop(loop)
-    try:
-        yield loop
-    finally:
-        stop_all_actors()
-        loop.run_until_complete(asyncio.sleep(0.05))
-        loop.close()
-
-
-def settle(loop: asyncio.AbstractEventLoop, done: Callable[[], bool]) -> None:
-    async def wait() -> None:
-        for _ in range(3000):
-            if done():
-                return
-            await asyncio.sleep(0.001)
-        raise AssertionError("not settled")
-
-    loop.run_until_complete(wait())
+loop = pytest.fixture(actor_loop)
 
 
 def open_fds() -> set[str]:

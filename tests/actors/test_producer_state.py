@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from actors.producer_state import ProducerStateTable
+from actors.producer_state import ProducerStateTable, SequenceCheck
 from wire.errors import ErrorCode
 
 pytestmark = pytest.mark.timeout(10)
@@ -68,3 +68,22 @@ def test_forget_from_drops_truncated_batches() -> None:
     table.forget_from(5)
     assert table.check(1, 0, 5, 4) == (None, None)
     assert table.check(1, 0, 0, 4).duplicate is not None
+
+
+def test_the_table_forgets_the_producer_that_wrote_least_recently(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from actors import limits
+
+    monkeypatch.setattr(limits, "producer_ids_per_partition_max", 3)
+    table = ProducerStateTable()
+    for producer_id in (1, 2, 3):
+        table.record(producer_id, 0, 0, producer_id * 10, producer_id * 10)
+    table.record(1, 0, 1, 40, 40)  # 1 wrote again: 2 is now the least recent
+    table.record(4, 0, 0, 50, 50)
+    assert len(table) == 3
+    # 2 is forgotten: any sequence is accepted from it, as from a new producer...
+    assert table.check(2, 0, 7, 0) == SequenceCheck()
+    # ...while the others still are checked.
+    assert table.check(1, 0, 7, 0).error == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+    assert table.check(3, 0, 0, 0).duplicate is not None

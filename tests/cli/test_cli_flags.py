@@ -9,10 +9,8 @@ KRILL_ADMIN. Every case runs `python -m shards.cli` in a subprocess against a re
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,12 +18,11 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-from tests.support.broker import REPO, BrokerProcess, free_port
+from tests.support.broker import REPO, BrokerProcess, free_port, krill_start_refused
 from tests.support.kafka import create_topic
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
-START_TIMEOUT_S = 30.0  # a start that was not refused is killed after this
 REFUSAL_DEADLINE_S = 10.0
 
 
@@ -223,32 +220,14 @@ def test_cluster_info_takes_both_flags_anywhere(
 def krill_start(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> tuple[int, str]:
     """`krill start` on free ports and its own data directory, so a key accepted and ignored
     would start a node: that one is killed with its shards, and the test fails."""
-    environment = {k: v for k, v in os.environ.items() if not k.startswith("KRILL_")}
-    environment.update(env or {})
     kafka, reader, admin = free_port(), free_port(), free_port()
-    command = [
-        sys.executable, "-m", "shards.cli", "start",
+    code, stderr, elapsed = krill_start_refused(
         "--data-dir", str(tmp_path / "data"), "--smp", "1",
         "--listen", f"127.0.0.1:{kafka}", "--reader-listen", f"127.0.0.1:{reader}",
-        "--admin-port", str(admin), *args,
-    ]  # fmt: skip
-    started = time.monotonic()
-    process = subprocess.Popen(
-        command, cwd=REPO, env=environment, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-        text=True, start_new_session=True,
+        "--admin-port", str(admin), *args, env=env,
     )  # fmt: skip
-    try:
-        _, stderr = process.communicate(timeout=START_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        _, stderr = process.communicate()
-        pytest.fail(f"krill start {' '.join(args)} {env} was not refused:\n{stderr[-2000:]}")
-    finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
-    assert time.monotonic() - started < REFUSAL_DEADLINE_S
-    return process.returncode, stderr
+    assert elapsed < REFUSAL_DEADLINE_S
+    return code, stderr
 
 
 def assert_one_usage_line(code: int, stderr: str) -> str:

@@ -11,15 +11,13 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from shards import limits as shard_limits
-from tests.support.broker import BrokerProcess
+from tests.support.broker import BrokerProcess, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -29,24 +27,14 @@ ROUNDS = 10
 
 
 @pytest.fixture
-def node(tmp_path: Path) -> Iterator[BrokerProcess]:
-    broker = BrokerProcess(tmp_path / "data", smp=2).start()
-    try:
-        yield broker
-    finally:
-        broker.kill9() if broker.alive() else broker.stop()
+def node(broker: BrokerProcess) -> BrokerProcess:
+    """A fresh node of two shards (tests/conftest.py), stopped in teardown."""
+    assert broker.smp == 2, "these tests need a partition's owner and a connection apart"
+    return broker
 
 
 def open_fds(node: BrokerProcess) -> float:
     return sum(v for (n, _), v in node.metrics().items() if n == "krill_shard_open_fds")
-
-
-def wait_for(condition: object, timeout_s: float, what: str) -> None:
-    assert callable(condition)
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, f"not within {timeout_s}s: {what}"
-        time.sleep(0.1)
 
 
 def read_all(node: BrokerProcess, generation: int) -> list[list[bytes]]:

@@ -11,15 +11,13 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from shards import limits as shard_limits
-from tests.support.broker import BrokerProcess
+from tests.support.broker import BrokerProcess, wait_for
 from tests.support.raw_client import RawClient, produce_request
 from wire.messages.fetch import FetchRequest
 from wire.records import build_batch
@@ -32,12 +30,10 @@ MiB = 1024 * 1024
 
 
 @pytest.fixture
-def node(tmp_path: Path) -> Iterator[BrokerProcess]:
-    broker = BrokerProcess(tmp_path / "data", smp=2).start()
-    try:
-        yield broker
-    finally:
-        broker.kill9() if broker.alive() else broker.stop()
+def node(broker: BrokerProcess) -> BrokerProcess:
+    """A fresh node of two shards (tests/conftest.py), stopped in teardown."""
+    assert broker.smp == 2, "these tests need a partition's owner and a connection apart"
+    return broker
 
 
 def total(broker: BrokerProcess, name: str) -> float:
@@ -48,14 +44,6 @@ def total(broker: BrokerProcess, name: str) -> float:
 def create_topic(broker: BrokerProcess, name: str, partitions: int) -> None:
     admin = AdminClient({"bootstrap.servers": broker.bootstrap})
     admin.create_topics([NewTopic(name, partitions)])[name].result(15)
-
-
-def wait_for(condition: object, timeout_s: float, what: str) -> None:
-    assert callable(condition)
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, f"not within {timeout_s}s: {what}"
-        time.sleep(0.2)
 
 
 def test_idle_long_polls_hold_nothing(node: BrokerProcess) -> None:

@@ -9,8 +9,6 @@ at once and counts it; `topic_partitions_per_shard` refuses topics and partition
 
 from __future__ import annotations
 
-import os
-import signal
 import socket
 import subprocess
 import sys
@@ -24,14 +22,13 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import NewPartitions, NewTopic
 
-from tests.support.broker import REPO, BrokerProcess, free_port
+from tests.support.broker import REPO, BrokerProcess, free_port, krill_start_refused
 from tests.support.kafka import admin_client, consume, create_topic, produce
 from tests.support.raw_client import RawClient, request
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
 REFUSAL_DEADLINE_S = 10.0  # a refused start: interpreter start-up plus a few binds
-START_TIMEOUT_S = 30.0  # a start that was not refused is killed after this
 API_VERSIONS = 18
 METRIC_WAIT_S = 10.0
 
@@ -44,32 +41,7 @@ def _topic() -> str:
 
 
 def krill_start(*args: str, env: dict[str, str] | None = None) -> tuple[int, str, float]:
-    """`krill start ARGS` in its own process group: (exit code, stderr, seconds). A node that
-    does start (the refusal under test failed) is killed, with every shard, after
-    START_TIMEOUT_S."""
-    environment = {k: v for k, v in os.environ.items() if not k.startswith("KRILL_")}
-    environment.update(env or {})
-    started = time.monotonic()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "shards.cli", "start", *args],
-        cwd=REPO,
-        env=environment,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        _, stderr = process.communicate(timeout=START_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        _, stderr = process.communicate()
-        pytest.fail(f"krill start {' '.join(args)} was not refused; stderr:\n{stderr[-2000:]}")
-    finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
-    return process.returncode, stderr, time.monotonic() - started
+    return krill_start_refused(*args, env=env)
 
 
 def second_node_args(data_dir: Path, kafka: int, reader: int, admin: int) -> list[str]:

@@ -10,7 +10,7 @@ an arena too small for the batch).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +27,6 @@ from actors.partition import (
     Read,
     ReadResult,
 )
-from actors.runtime import bind_loop, stop_all_actors
 from actors.services import BrokerSettings, TopicTable
 from actors.topic_config import TopicSettings
 from actors.watermarks import Waiter
@@ -37,6 +36,7 @@ from shards.pipes import MemoryPipeNetwork
 from shards.remote import RemotePartition
 from shards.router import Router
 from shards.watch import WatchService
+from tests.support.actor_loop import actor_loop, settle
 from wire.errors import ErrorCode
 from wire.record_batch import iter_batches
 from wire.records import build_batch, iter_records
@@ -71,28 +71,7 @@ class FakeShard:
     read_blocking = run_blocking
 
 
-@pytest.fixture
-def loop() -> Iterator[asyncio.AbstractEventLoop]:
-    loop = asyncio.new_event_loop()
-    asyncio.set_event_loop(loop)
-    bind_loop(loop)
-    try:
-        yield loop
-    finally:
-        stop_all_actors()
-        loop.run_until_complete(asyncio.sleep(0.05))
-        loop.close()
-
-
-def settle(loop: asyncio.AbstractEventLoop, done: Callable[[], bool]) -> None:
-    async def wait() -> None:
-        for _ in range(5000):
-            if done():
-                return
-            await asyncio.sleep(0.001)
-        raise AssertionError("not settled")
-
-    loop.run_until_complete(wait())
+loop = pytest.fixture(actor_loop)
 
 
 @pytest.fixture(params=["arena", "frames"])

@@ -15,15 +15,54 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-__all__ = ["BrokerProcess", "free_port"]
+__all__ = ["BrokerProcess", "free_port", "krill_start_refused", "wait_for"]
 
 REPO = Path(__file__).resolve().parents[2]
 _START_TIMEOUT_S = 30.0
 _STOP_TIMEOUT_S = 30.0
+
+
+def wait_for(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
+    """Poll `condition` every 0.1 s until it holds; fail naming `what` after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"not within {timeout_s}s: {what}"
+        time.sleep(0.1)
+
+
+_REFUSED_START_TIMEOUT_S = 30.0  # a `krill start` that was not refused is killed after this
+
+
+def krill_start_refused(*args: str, env: dict[str, str] | None = None) -> tuple[int, str, float]:
+    """`krill start ARGS` expected to refuse: (exit code, stderr, seconds). It runs in its own
+    process group with no `KRILL_*` variable but `env`'s, so a node that does start (the
+    refusal under test failed) is killed with every shard after a timeout and the test
+    fails."""
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("KRILL_")}
+    environment.update(env or {})
+    started = time.monotonic()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "shards.cli", "start", *args], cwd=REPO, env=environment,
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )  # fmt: skip
+    try:
+        _, stderr = process.communicate(timeout=_REFUSED_START_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        _, stderr = process.communicate()
+        raise AssertionError(
+            f"krill start {' '.join(args)} {env or ''} was not refused:\n{stderr[-2000:]}"
+        ) from None
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    return process.returncode, stderr, time.monotonic() - started
 
 
 def free_port() -> int:
