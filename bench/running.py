@@ -326,7 +326,9 @@ def run_metrics_overhead(args: argparse.Namespace) -> dict[str, Any]:
         cpu = {s: statistics.median(res[f"broker_cpu_us_per_msg_{s}"]) for s in sides}
         res["msgs_per_s_on_over_off"] = round(rate["on"] / rate["off"], 4)
         res["broker_cpu_per_msg_on_over_off"] = round(cpu["on"] / cpu["off"], 4)
-        res["met"] = res["msgs_per_s_on_over_off"] >= TARGET_METRICS_THROUGHPUT_RATIO
+        met = res["msgs_per_s_on_over_off"] >= TARGET_METRICS_THROUGHPUT_RATIO
+        # 2 rounds of 0.1 s a side are a smoke test: within the noise, so not judged.
+        res["met"] = None if args.quick else met
     except Exception as e:
         case_failed(res, "metrics_overhead", e)
     return finish(res, t0)
@@ -478,8 +480,10 @@ def run_soak(args: argparse.Namespace) -> dict[str, Any]:
         res["p99_ms_median"] = statistics.median(p99s) if p99s else None
         res["delivery_errors"] = producer.errors
         rss, fds = res["rss_slope_mib_per_10_min"], res["fds_slope_per_10_min"]
-        res["met"] = (rss is not None and abs(rss) < TARGET_SLOPE_PER_10_MIN
-                      and fds is not None and abs(fds) < TARGET_SLOPE_PER_10_MIN)
+        met = (rss is not None and abs(rss) < TARGET_SLOPE_PER_10_MIN
+               and fds is not None and abs(fds) < TARGET_SLOPE_PER_10_MIN)
+        # 90 s of samples cannot show a slope per 10 minutes (2 fds in 90 s read as 13).
+        res["met"] = None if args.quick else met
     except Exception as e:
         case_failed(res, "soak", e)
     return finish(res, t0)

@@ -16,7 +16,7 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from shards.cli_client import admin_argument, brokers_argument
+from shards.cli_client import CLIENT_FLAGS_GIVEN, admin_argument, brokers_argument
 from shards.cluster_cli import add_cluster_commands
 from shards.config import LOG_LEVELS, ConfigError, load_config
 from shards.group_cli import add_group_commands
@@ -84,6 +84,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def start_command(args: argparse.Namespace) -> int:
+    given = getattr(args, CLIENT_FLAGS_GIVEN, None)
+    if given:  # a node is told where to listen, not which brokers to reach
+        raise UsageError(
+            f"{'/'.join(given)} is for client commands; a node takes --listen and "
+            "--admin-listen (see 'krill start --help')"
+        )
     config_file = args.config or os.environ.get("KRILL_CONFIG") or None
     try:
         config = load_config(args, os.environ, config_file)

@@ -61,6 +61,22 @@ def _brokers_type(text: str) -> str:
     return ",".join(part.strip() for part in text.split(","))
 
 
+class _ClientFlag(argparse.Action):
+    """Stores the value and notes the flag as given (`krill start` refuses client flags)."""
+
+    def __call__(
+        self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        setattr(namespace, self.dest, values)
+        given = set(getattr(namespace, CLIENT_FLAGS_GIVEN, ()))
+        given.add(option_string or self.dest)
+        setattr(namespace, CLIENT_FLAGS_GIVEN, sorted(given))
+
+
+CLIENT_FLAGS_GIVEN = "client_flags_given"  # on the parsed args: the client flags on the line
+
+
 def brokers_argument(parser: argparse.ArgumentParser, root: bool = False) -> None:
     """`-b/--brokers`. Client flags go anywhere on the line, as rpk's do: the root parser holds
     the default, and every command level below takes the flag too without a default of its
@@ -69,6 +85,7 @@ def brokers_argument(parser: argparse.ArgumentParser, root: bool = False) -> Non
     parser.add_argument(
         "-b",
         "--brokers",
+        action=_ClientFlag,
         type=_brokers_type,
         default=default,
         metavar="HOST:PORT[,...]",
@@ -82,6 +99,7 @@ def admin_argument(parser: argparse.ArgumentParser, root: bool = False) -> None:
     default = os.environ.get(ADMIN_ENV) or None if root else argparse.SUPPRESS
     parser.add_argument(
         "--admin",
+        action=_ClientFlag,
         type=_admin_type,
         default=default,
         metavar="HOST:PORT[,...]",

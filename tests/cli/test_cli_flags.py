@@ -217,14 +217,16 @@ def test_cluster_info_takes_both_flags_anywhere(
 # Keys for later work: refused at start, one line -------------------------------------------
 
 
-def krill_start(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> tuple[int, str]:
+def krill_start(
+    tmp_path: Path, *args: str, env: dict[str, str] | None = None, before: tuple[str, ...] = ()
+) -> tuple[int, str]:
     """`krill start` on free ports and its own data directory, so a key accepted and ignored
     would start a node: that one is killed with its shards, and the test fails."""
     kafka, reader, admin = free_port(), free_port(), free_port()
     code, stderr, elapsed = krill_start_refused(
         "--data-dir", str(tmp_path / "data"), "--smp", "1",
         "--listen", f"127.0.0.1:{kafka}", "--reader-listen", f"127.0.0.1:{reader}",
-        "--admin-port", str(admin), *args, env=env,
+        "--admin-port", str(admin), *args, env=env, before=before,
     )  # fmt: skip
     assert elapsed < REFUSAL_DEADLINE_S
     return code, stderr
@@ -277,3 +279,11 @@ def test_the_admin_port_on_the_kafka_port_is_refused(tmp_path: Path) -> None:
     )
     assert "listen and admin_listen must differ" in line, line
     assert line.count(f"127.0.0.1:{port}") == 2, line  # both addresses named
+
+
+@pytest.mark.parametrize("flags", [("-b", "127.0.0.1:19092"), ("--admin", "127.0.0.1:19644")])
+def test_client_flags_before_start_are_refused(tmp_path: Path, flags: tuple[str, str]) -> None:
+    """Client flags are taken anywhere on the line, so `krill -b X start` parses: a node must
+    not then start on its defaults as if the flag meant something to it."""
+    line = assert_one_usage_line(*krill_start(tmp_path, before=flags))
+    assert f"{flags[0]} is for client commands" in line, line

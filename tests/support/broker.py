@@ -38,16 +38,18 @@ def wait_for(condition: Callable[[], bool], timeout_s: float, what: str) -> None
 _REFUSED_START_TIMEOUT_S = 30.0  # a `krill start` that was not refused is killed after this
 
 
-def krill_start_refused(*args: str, env: dict[str, str] | None = None) -> tuple[int, str, float]:
-    """`krill start ARGS` expected to refuse: (exit code, stderr, seconds). It runs in its own
-    process group with no `KRILL_*` variable but `env`'s, so a node that does start (the
-    refusal under test failed) is killed with every shard after a timeout and the test
+def krill_start_refused(
+    *args: str, env: dict[str, str] | None = None, before: tuple[str, ...] = ()
+) -> tuple[int, str, float]:
+    """`krill BEFORE start ARGS` expected to refuse: (exit code, stderr, seconds). It runs in
+    its own process group with no `KRILL_*` variable but `env`'s, so a node that does start
+    (the refusal under test failed) is killed with every shard after a timeout and the test
     fails."""
     environment = {k: v for k, v in os.environ.items() if not k.startswith("KRILL_")}
     environment.update(env or {})
     started = time.monotonic()
     process = subprocess.Popen(
-        [sys.executable, "-m", "shards.cli", "start", *args], cwd=REPO, env=environment,
+        [sys.executable, "-m", "shards.cli", *before, "start", *args], cwd=REPO, env=environment,
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True,
     )  # fmt: skip
     try:
@@ -56,7 +58,8 @@ def krill_start_refused(*args: str, env: dict[str, str] | None = None) -> tuple[
         os.killpg(process.pid, signal.SIGKILL)
         _, stderr = process.communicate()
         raise AssertionError(
-            f"krill start {' '.join(args)} {env or ''} was not refused:\n{stderr[-2000:]}"
+            f"krill {' '.join((*before, 'start', *args))} {env or ''} was not refused:\n"
+            f"{stderr[-2000:]}"
         ) from None
     finally:
         if process.poll() is None:
