@@ -42,7 +42,7 @@ class _EntryFile:
         self.values = array(self._value_code)
         self._fd: int | None = None
         self._persisted = 0  # entries handed to the file (the rest are in memory only)
-        self._deleted = False  # unlinked: a new segment may reuse the path, never write it
+        self.deleted = False  # unlinked: a new segment may reuse the path, never write it
         self.dirty = False  # changed since the last flush ticket took its fd
 
     def __len__(self) -> int:
@@ -93,7 +93,7 @@ class _EntryFile:
 
     def write_pending(self) -> None:
         """Hand the entries appended since the last call to the file."""
-        if self._persisted == len(self.keys) or self._deleted:
+        if self._persisted == len(self.keys) or self.deleted:
             return
         data = self.encode(self._persisted)
         written = os.pwrite(self._open(), data, self._persisted * self._entry.size)
@@ -107,7 +107,7 @@ class _EntryFile:
             return
         del self.keys[count:]
         del self.values[count:]
-        if count < self._persisted and not self._deleted:
+        if count < self._persisted and not self.deleted:
             os.ftruncate(self._open(), count * self._entry.size)
             self._persisted = count
         self.dirty = True
@@ -128,7 +128,7 @@ class _EntryFile:
 
     def delete(self) -> None:
         """Unlink the file; the fd stays open until close (a flush ticket may hold it)."""
-        self._deleted = True
+        self.deleted = True
         self.path.unlink(missing_ok=True)
 
     def _open(self) -> int:

@@ -14,6 +14,9 @@ from wire import limits as wire_limits
 segment_bytes_default = 128 * 1024 * 1024
 # Roll the active segment when its first append is older than this (Kafka log.roll.ms, 7 days).
 segment_ms_default = 7 * 24 * 3600 * 1000
+# Roll the active segment when either of its index files would pass this (Kafka
+# segment.index.bytes, 10 MiB).
+segment_index_bytes_default = 10 * 1024 * 1024
 # One offset-index entry per this many bytes of log (Kafka log.index.interval.bytes).
 index_interval_bytes_default = 4096
 # Index entries hold file positions as int32, so a segment cannot grow past this.
@@ -52,3 +55,27 @@ warm_read_bytes = 256 * 1024
 
 # Recovery reads a segment in chunks this large to check CRCs without loading the whole file.
 recovery_read_bytes = 1024 * 1024
+
+# Compaction (storage/compaction.py) -------------------------------------------------------
+
+# Distinct keys one clean can deduplicate. The key map holds a 16-byte digest and an offset per
+# key, ~150 bytes an entry in a Python dict, so this stands for ~75 MiB (Kafka's default
+# log.cleaner.dedupe.buffer.size, 128 MiB, holds ~5M keys at 24 bytes). A dirty range with more
+# keys is cleaned over several passes.
+cleaner_key_map_entries_max = 500_000
+# Bytes a clean reads plus writes per second, compressed batches counted at what they decode
+# to (Kafka log.cleaner.io.max.bytes.per.second, unlimited by default). A clean decodes and
+# encodes every record under the GIL its shard's loop needs too: this keeps it to about a fifth
+# of a core.
+cleaner_io_bytes_per_second_default = 8 * 1024 * 1024
+# A clean reads segments in chunks this large (a larger batch is read whole).
+cleaner_read_bytes = 1024 * 1024
+# A clean writes a cleaned segment out whenever this much has gathered.
+cleaner_write_bytes = 1024 * 1024
+# The throttle sleeps only once it is this far ahead: fewer, longer sleeps.
+cleaner_sleep_min_ms = 10
+# Kafka's topic defaults: delete.retention.ms (tombstones stay a day after their first clean),
+# min.cleanable.dirty.ratio, and max.compaction.lag.ms (no limit).
+delete_retention_ms_default = 24 * 3600 * 1000
+min_cleanable_dirty_ratio_default = 0.5
+max_compaction_lag_ms_default = 2**63 - 1

@@ -23,17 +23,21 @@ would return that is not in the page cache raises `NotCached`, naming what to wa
 
 from __future__ import annotations
 
+import json
 import os
+import random
 from bisect import bisect_right
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple, Protocol
 
 from storage import limits
+from storage.metadata_file import read_json, write_atomic_at
 from storage.page_cache import NotCached, cached, no_readahead
 from storage.recovery import open_segments
-from storage.segment import BatchInfo, Segment
+from storage.retention import SegmentSummary
+from storage.segment import BatchInfo, OpenFile, Segment
 from wire.record_batch import BatchHeader, patch_base_offset
 
 __all__ = [
@@ -54,6 +58,8 @@ class LogConfig:
     segment_bytes: int = limits.segment_bytes_default  # roll when the next batch would pass it
     segment_ms: int = limits.segment_ms_default  # roll when the first append is this old
     index_interval_bytes: int = limits.index_interval_bytes_default
+    segment_jitter_ms: int = 0  # each segment rolls up to this much before segment_ms
+    segment_index_bytes: int = limits.segment_index_bytes_default  # roll when an index is full
 
     def __post_init__(self) -> None:
         if not 0 < self.segment_bytes <= limits.segment_bytes_max:
@@ -61,6 +67,9 @@ class LogConfig:
                 f"segment_bytes {self.segment_bytes} outside 1..{limits.segment_bytes_max}")
         if self.segment_ms <= 0 or self.index_interval_bytes <= 0:
             raise ValueError("segment_ms and index_interval_bytes must be positive")
+        if self.segment_jitter_ms < 0 or self.segment_index_bytes < limits.time_index_entry_bytes:
+            raise ValueError("segment_jitter_ms must not be negative, segment_index_bytes must "
+                             f"hold an entry ({limits.time_index_entry_bytes} bytes)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +86,8 @@ class FileSlice:
     records: int = 0
     # The file's inode: a deleted topic's segment and a new one at the same path differ.
     inode: int = 0
+    # Keeps `fd` open while the slice lives, though its segment be removed meanwhile.
+    file: OpenFile | None = None
 
     def read(self) -> bytes:
         data = os.pread(self.fd, self.length, self.position)
@@ -141,6 +152,13 @@ class Log(Protocol):
     def segment_base_offsets(self) -> list[int]: ...
 
 
+# In a partition directory: the log start offset DeleteRecords set (Kafka keeps it in a
+# log-start-offset-checkpoint file per data directory).
+LOG_START_FILE = "log-start-offset.json"
+# In a partition directory: the first offset compaction has not cleaned yet.
+CLEANER_FILE = "cleaner-offset.json"
+
+
 def assign_offsets(
     records: bytearray, headers: list[BatchHeader], leader_epoch: int, next_offset: int
 ) -> list[BatchInfo]:
@@ -167,15 +185,23 @@ def needs_roll(
     first_append_ms: int | None,
     batch: BatchInfo,
     now_ms: int,
+    index_bytes: int = 0,
+    jitter_ms: int = 0,
 ) -> bool:
-    """Whether `batch` must go to a new segment (an empty segment never rolls)."""
+    """Whether `batch` must go to a new segment (an empty segment never rolls): it would
+    pass segment.bytes or the relative-offset range, an index is full (`index_bytes`, the
+    larger of the two index files, has no room for an entry: segment.index.bytes), or the
+    segment's first append is segment.ms (less its jitter) old."""
     if segment_bytes == 0:
         return False
     if segment_bytes + batch.size > config.segment_bytes:
         return True
     if batch.last_offset - segment_base_offset > limits.relative_offset_max:
         return True
-    return first_append_ms is not None and now_ms - first_append_ms >= config.segment_ms
+    if index_bytes + limits.time_index_entry_bytes > config.segment_index_bytes:
+        return True
+    return (first_append_ms is not None
+            and now_ms - first_append_ms >= config.segment_ms - jitter_ms)
 
 
 def append_result(batches: list[BatchInfo]) -> AppendResult:
@@ -192,6 +218,7 @@ class FlushAccounting:
     """
 
     _ticket: FlushTicket | None
+    _ticket_segments: set[Segment]
     _truncated_to: int | None
     flushed_offset: int
     written_offset: int
@@ -205,6 +232,7 @@ class FlushAccounting:
     def flush_complete(self, ticket: FlushTicket) -> None:
         assert ticket is self._ticket, (ticket, self._ticket)
         self._ticket = None
+        self._ticket_segments = set()
         durable = ticket.offset
         if self._truncated_to is not None:
             durable = min(durable, self._truncated_to)
@@ -227,14 +255,21 @@ class DiskLog(FlushAccounting):
         self.config = config
         self._segments = segments
         self._bases = [s.base_offset for s in segments]
-        self._retired: list[Segment] = []  # deleted by truncate; fds open until close()
+        # Out of the log (truncate, compaction), not yet closed: `take_closable` hands them
+        # over once no flush ticket holds their fds.
+        self._retired: list[Segment] = []
         self._unsynced: set[Segment] = set()
         self._dir_fd = os.open(directory, os.O_RDONLY)
         self._dir_dirty = False  # segment files created or removed since the last ticket
         self._ticket: FlushTicket | None = None
+        self._ticket_segments: set[Segment] = set()  # whose fds the ticket out syncs
         self._truncated_to: int | None = None  # lowest truncation while a ticket is out
-        self.log_start_offset = segments[0].base_offset
         self.next_offset = self.written_offset = self.flushed_offset = segments[-1].next_offset
+        # DeleteRecords may have moved the start inside the first segment (its checkpoint).
+        saved = read_json(directory / LOG_START_FILE, {}).get("log_start_offset", 0)
+        self.log_start_offset = min(max(segments[0].base_offset, saved), self.next_offset)
+        # Where compaction's dirty part starts (Kafka's cleaner-offset-checkpoint).
+        self.cleaner_checkpoint = read_json(directory / CLEANER_FILE, {}).get("offset", 0)
         self._closed = False
         self._serving = False  # reads come from a shard's loop: no kernel readahead
 
@@ -272,7 +307,8 @@ class DiskLog(FlushAccounting):
         for batch in batches:
             active = self._segments[-1]
             if needs_roll(self.config, active.size + group_bytes, active.base_offset,
-                          active.first_append_ms, batch, now_ms):
+                          active.first_append_ms, batch, now_ms, active.index_bytes,
+                          active.roll_jitter_ms):
                 start = self._write(view, start, group, now_ms)
                 group, group_bytes = [], 0
                 self._roll(batch.base_offset)
@@ -306,11 +342,18 @@ class DiskLog(FlushAccounting):
         active.seal()
         self._unsynced.add(active)
         segment = Segment(self.directory, base_offset, self.config.index_interval_bytes)
+        if self.config.segment_jitter_ms:
+            segment.roll_jitter_ms = random.randrange(self.config.segment_jitter_ms)
         if self._serving:
             no_readahead(segment.fd)
         self._segments.append(segment)
         self._bases.append(base_offset)
         self._dir_dirty = True
+
+    def set_config(self, config: LogConfig) -> None:
+        """A topic setting changed: the next append rolls (and indexes) by the new values."""
+        self.config = config
+        self._segments[-1].index_interval_bytes = config.index_interval_bytes
 
     # Flushing ------------------------------------------------------------------------------
 
@@ -320,6 +363,7 @@ class DiskLog(FlushAccounting):
         if self.flushed_offset == self.written_offset:
             return None
         fds = [fd for segment in self._unsynced for fd in segment.take_sync_fds()]
+        self._ticket_segments = set(self._unsynced)
         self._unsynced.clear()
         if self._dir_dirty:
             fds.append(self._dir_fd)
@@ -360,9 +404,8 @@ class DiskLog(FlushAccounting):
         if nowait and not cached(segment.fd, first.position, length):
             raise NotCached(segment.fd, first.position, length)
         records = end_offset - first.base_offset
-        return FileSlice(
-            segment.fd, first.position, length, str(segment.log_path), records, segment.inode
-        )
+        return FileSlice(segment.fd, first.position, length, str(segment.log_path), records,
+                         segment.inode, segment.file)
 
     def read_bytes(
         self, offset: int, max_bytes: int, max_offset: int, nowait: bool = False
@@ -398,6 +441,86 @@ class DiskLog(FlushAccounting):
         for segment in self._segments[i + 1:]:
             yield from segment.headers_from(0)
 
+    # Retention and DeleteRecords ----------------------------------------------------------
+
+    def summaries(self) -> list[SegmentSummary]:
+        """Every segment, oldest first, the active one last (storage/retention.py)."""
+        return [SegmentSummary(s.base_offset, s.next_offset, s.size, s.max_timestamp)
+                for s in self._segments]
+
+    @property
+    def size(self) -> int:
+        return sum(s.size for s in self._segments)
+
+    def advance_log_start(self, offset: int) -> bool:
+        """Move the log start up to `offset` (DeleteRecords): reads below it are out of
+        range at once; whole segments below it go at the next `remove_head`. The caller
+        makes it durable with `write_log_start`. False if it was there already."""
+        assert offset <= self.next_offset, (self, offset)
+        if offset <= self.log_start_offset:
+            return False
+        self.log_start_offset = offset
+        return True
+
+    def log_start_writer(self, offset: int) -> Callable[[], None]:
+        """A blocking job (for the I/O pool) that makes a log start set by DeleteRecords
+        survive a crash."""
+        return self._state_writer(LOG_START_FILE, {"log_start_offset": offset})
+
+    def cleaner_checkpoint_writer(self, offset: int) -> Callable[[], None]:
+        """A blocking job that records where compaction's dirty part now starts."""
+        self.cleaner_checkpoint = offset
+        return self._state_writer(CLEANER_FILE, {"offset": offset})
+
+    def _state_writer(self, name: str, value: dict[str, int]) -> Callable[[], None]:
+        """Write through a handle of our own on this log's directory: a topic deleted (its
+        directory renamed away) or made again meanwhile is not touched."""
+        dir_fd = os.dup(self._dir_fd)
+        data = json.dumps(value).encode()
+
+        def write() -> None:
+            try:
+                write_atomic_at(dir_fd, name, data)
+            finally:
+                os.close(dir_fd)
+
+        return write
+
+    def sealed_segments(self, end_offset: int) -> list[Segment]:
+        """The closed segments wholly below `end_offset`, oldest first (what a clean takes)."""
+        return [s for s in self._segments[:-1] if s.next_offset <= end_offset]
+
+    def take_closable(self) -> list[Segment]:
+        """Segments out of the log whose fds no flush ticket holds: the caller closes them
+        (off the loop: the last close of a removed file frees its blocks)."""
+        if not self._retired:
+            return []
+        closable = [s for s in self._retired if s not in self._ticket_segments]
+        self._retired = [s for s in self._retired if s in self._ticket_segments]
+        return closable
+
+    def removable_head(self, count: int) -> int:
+        """How many of the first `count` segments may leave now: closed, with nothing a
+        flush has still to sync (a flush ticket out holds their fds)."""
+        for i, segment in enumerate(self._segments[: min(count, len(self._segments) - 1)]):
+            if segment in self._unsynced or segment in self._ticket_segments:
+                return i
+            if segment.dirty or segment.next_offset > self.flushed_offset:
+                return i
+        return min(count, len(self._segments) - 1)
+
+    def remove_head(self, count: int) -> list[Segment]:
+        """Take the first `count` segments out of the log (see `removable_head`); the log
+        start moves to the first one left. The caller disposes of the files off the loop:
+        `Segment.mark_deleted`, later `delete_marked` and `close`."""
+        assert 0 <= count <= self.removable_head(count), (self, count)
+        removed, self._segments = self._segments[:count], self._segments[count:]
+        del self._bases[:count]
+        if removed:
+            self.log_start_offset = max(self.log_start_offset, self._segments[0].base_offset)
+            self._dir_dirty = True
+        return removed
+
     # Truncation and closing ----------------------------------------------------------------
 
     def truncate(self, offset: int) -> None:
@@ -432,3 +555,46 @@ class DiskLog(FlushAccounting):
         for segment in self._segments + self._retired:
             segment.close()
         os.close(self._dir_fd)
+
+    # Compaction ----------------------------------------------------------------------------
+
+    def replace_segments(self, old: list[Segment], new: list[Segment]) -> None:
+        """Put the segments a clean wrote (storage/compaction.py, its files swapped in
+        already) in place of the sealed ones they replace; appends went on meanwhile.
+
+        Each new segment covers a run of consecutive old ones: from its base offset (the
+        first one's) to its next offset (the last one's). Before: segments 0, 100, 200,
+        300 (active); old [0, 100], new [0..200). After: 0 (the new one), 200, 300. The old
+        objects retire: a FileSlice or flush ticket holding their fds stays valid until
+        close(), and their indexes never write again (their paths are the new files')."""
+        assert not self._closed
+        if not old:
+            assert not new, new
+            return
+        replaced = {id(segment) for segment in old}
+        by_base = {segment.base_offset: segment for segment in new}
+        assert len(replaced) == len(old) and len(by_base) == len(new), (old, new)
+        segments: list[Segment] = []
+        covering: Segment | None = None  # the new segment standing for the old ones now
+        for segment in self._segments:
+            if id(segment) not in replaced:
+                segments.append(segment)
+                continue
+            assert segment is not self._segments[-1], "the active segment is never cleaned"
+            if segment.base_offset in by_base:
+                covering = by_base.pop(segment.base_offset)
+                segments.append(covering)
+                if self._serving:
+                    no_readahead(covering.fd)
+            assert covering is not None and segment.next_offset <= covering.next_offset, (
+                segment, covering)
+            replaced.discard(id(segment))
+            segment.index.deleted = segment.time_index.deleted = True
+            self._unsynced.discard(segment)
+            self._retired.append(segment)
+        assert not replaced and not by_base, (old, new, self._segments)
+        for before, after in zip(segments, segments[1:], strict=False):
+            assert before.next_offset <= after.base_offset, (before, after)
+        self._segments = segments
+        self._bases = [segment.base_offset for segment in segments]
+        self._check_offsets()

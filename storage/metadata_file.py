@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-__all__ = ["write_json_atomic", "read_json"]
+__all__ = ["write_json_atomic", "write_atomic_at", "read_json"]
 
 
 def write_json_atomic(path: str | Path, value: Any) -> None:
@@ -31,6 +31,19 @@ def write_json_atomic(path: str | Path, value: Any) -> None:
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
+
+
+def write_atomic_at(dir_fd: int, name: str, data: bytes) -> None:
+    """The same, in the directory open as `dir_fd` (which may have been renamed meanwhile)."""
+    temp = name + ".tmp"
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644, dir_fd=dir_fd)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    os.fsync(dir_fd)
 
 
 def read_json(path: str | Path, default: Any = None) -> Any:

@@ -6,7 +6,8 @@ file is cut at the first bad batch and its indexes are rebuilt from the scan. A 
 is trusted if its indexes agree with it (entries increasing and inside the file, the last
 entry naming the batch it points at, a clean chain of headers from there to the end);
 otherwise it gets the same full scan, and if that cuts it, every later segment is dropped
-(offsets must stay contiguous). Temp files and index files without a log are removed.
+(offsets must stay contiguous). Temp files, index files without a log and files retention
+marked `.deleted` are removed.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from pathlib import Path
 import crc32c
 
 from storage import limits
-from storage.segment import BatchInfo, Segment
+from storage.segment import DELETED_SUFFIX, BatchInfo, Segment
+from storage.segment_swap import complete_swaps
 from wire.errors import DecodeError
 from wire.record_batch import LENGTH_PREFIX_BYTES, batch_length_at, read_header
 
@@ -39,6 +41,7 @@ def open_segments(directory: Path, index_interval_bytes: int) -> list[Segment]:
     An empty segment is dropped unless it is the only one: a crash right after a roll leaves
     one, and a log whose tail is empty is the same log without it."""
     directory.mkdir(parents=True, exist_ok=True)
+    complete_swaps(directory)  # a clean's swap that a crash cut short: finish or undo it
     segments = [Segment(directory, base, index_interval_bytes)
                 for base in _clean_directory(directory)]
     empty = [s for s in segments[:-1] if s.is_empty]
@@ -85,6 +88,8 @@ def _clean_directory(directory: Path) -> list[int]:
     for path in directory.iterdir():
         if path.name.endswith(".tmp"):
             log.warning("%s: removing stray temp file", path)
+            path.unlink()
+        elif path.name.endswith(DELETED_SUFFIX):  # retention took it; the delay died with us
             path.unlink()
         elif match := _SEGMENT_NAME.match(path.name):
             bases.append(int(match.group(1)))

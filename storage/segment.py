@@ -26,7 +26,11 @@ from storage.index import OffsetIndex, TimeIndex
 from storage.page_cache import read_nowait
 from wire.record_batch import BatchHeader, read_header
 
-__all__ = ["BatchInfo", "Segment", "header_at_position", "segment_path"]
+__all__ = ["BatchInfo", "OpenFile", "Segment", "header_at_position", "segment_path"]
+
+
+# A segment removed by retention or DeleteRecords waits under this suffix (Kafka's).
+DELETED_SUFFIX = ".deleted"
 
 
 class BatchInfo(NamedTuple):
@@ -36,6 +40,28 @@ class BatchInfo(NamedTuple):
     last_offset: int
     max_timestamp: int
     size: int
+
+
+class OpenFile:
+    """A file descriptor closed when its last holder lets go of it: the segment, and every
+    `FileSlice` read from it. A response waiting in a connection's queue keeps its segment
+    file open after retention or compaction removed the segment, so `sendfile` never meets
+    a closed fd, nor a number the process has since reused for another file. CPython frees
+    an object as its last reference goes, so the close is prompt."""
+
+    __slots__ = ("fd",)
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    def __del__(self) -> None:
+        try:
+            os.close(self.fd)
+        except OSError:  # pragma: no cover - closed already at interpreter exit
+            pass
+
+    def __repr__(self) -> str:
+        return f"OpenFile({self.fd})"
 
 
 def segment_path(directory: Path, base_offset: int, suffix: str) -> Path:
@@ -49,7 +75,9 @@ class Segment:
         self.index = OffsetIndex(segment_path(directory, base_offset, ".index"))
         self.time_index = TimeIndex(segment_path(directory, base_offset, ".timeindex"))
         self.index_interval_bytes = index_interval_bytes
-        self.fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT, 0o644)
+        self.file: OpenFile | None = OpenFile(
+            os.open(self.log_path, os.O_RDWR | os.O_CREAT, 0o644))
+        self.fd = self.file.fd  # valid while `file` (or a FileSlice holding it) lives
         stat = os.fstat(self.fd)
         self.size = stat.st_size  # bytes of whole batches (recovery cuts the rest)
         self.inode = stat.st_ino  # tells this file from a later one at the same path
@@ -57,11 +85,18 @@ class Segment:
         self.max_timestamp = -1
         self.offset_of_max_timestamp = base_offset
         self.first_append_ms: int | None = None  # set by the first append since open
+        self.roll_jitter_ms = 0  # rolls this much before segment.ms (segment.jitter.ms)
         self.dirty = False  # log bytes written since the last flush ticket took the fd
         self._bytes_since_index = 0
 
     def __repr__(self) -> str:
         return f"Segment({self.base_offset}..{self.next_offset}, {self.size} bytes)"
+
+    @property
+    def index_bytes(self) -> int:
+        """Bytes of the larger index file, entries in memory included (segment.index.bytes)."""
+        return max(len(self.index) * limits.offset_index_entry_bytes,
+                   len(self.time_index) * limits.time_index_entry_bytes)
 
     @property
     def is_empty(self) -> bool:
@@ -176,9 +211,10 @@ class Segment:
         return fds
 
     def close(self) -> None:
+        """Close the index fds and let go of the log fd (closed once no FileSlice holds it)."""
         self.index.close()
         self.time_index.close()
-        os.close(self.fd)
+        self.file = None
 
     def delete(self) -> None:
         """Remove the files; the fds stay open until close (a FileSlice or a flush ticket in
@@ -186,6 +222,21 @@ class Segment:
         self.log_path.unlink(missing_ok=True)
         self.index.delete()
         self.time_index.delete()
+
+    def mark_deleted(self) -> None:
+        """Rename the files to `<name>.deleted` (Kafka's marker): gone from the log, still
+        on disk until `delete_marked` (file.delete.delay.ms later); start-up removes any
+        left behind. The open fds follow the files."""
+        self.index.deleted = self.time_index.deleted = True  # never write the old paths
+        for path in (self.log_path, self.index.path, self.time_index.path):
+            try:
+                os.rename(path, f"{path}{DELETED_SUFFIX}")
+            except FileNotFoundError:  # an index never written
+                pass
+
+    def delete_marked(self) -> None:
+        for path in (self.log_path, self.index.path, self.time_index.path):
+            Path(f"{path}{DELETED_SUFFIX}").unlink(missing_ok=True)
 
     # Recovery ------------------------------------------------------------------------------
 

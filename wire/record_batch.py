@@ -44,6 +44,7 @@ __all__ = [
     "TIMESTAMP_TYPE_BIT",
     "TRANSACTIONAL_BIT",
     "CONTROL_BIT",
+    "DELETE_HORIZON_BIT",
 ]
 
 HEADER_BYTES = limits.batch_header_bytes
@@ -55,6 +56,8 @@ CODEC_MASK = 0x07
 TIMESTAMP_TYPE_BIT = 0x08
 TRANSACTIONAL_BIT = 0x10
 CONTROL_BIT = 0x20
+# KIP-534: baseTimestamp holds the compaction delete horizon, not the first record's time.
+DELETE_HORIZON_BIT = 0x40
 
 _HEADER = struct.Struct(">qiibIhiqqqhii")
 _BASE_OFFSET = struct.Struct(">q")
@@ -109,6 +112,11 @@ class BatchHeader:
     @property
     def log_append_time(self) -> bool:
         return bool(self.attributes & TIMESTAMP_TYPE_BIT)
+
+    @property
+    def delete_horizon_ms(self) -> int | None:
+        """When compaction may drop this batch's tombstones (KIP-534), if a clean set it."""
+        return self.base_timestamp if self.attributes & DELETE_HORIZON_BIT else None
 
 
 def read_header(buf: bytes | bytearray | memoryview, position: int = 0) -> BatchHeader:

@@ -1,11 +1,13 @@
 """Records inside v2 batches: decode them for consumers, build batches as a producer would.
 
 The broker itself never looks inside a batch (wire.record_batch walks headers only); this
-module is for the readers that do — the Spark executor's fetch path, tools and tests.
+module is for the readers that do — the Spark executor's fetch path, log compaction
+(storage/compaction.py), tools and tests.
 `decode_batch` turns one whole batch into its header and records, `iter_records` walks the
 `records` blob of a Fetch response the way a Kafka consumer does (control batches hidden,
 records before the fetch offset dropped, a trailing cut-off batch ignored), and
-`build_batch` writes a batch byte for byte as a Kafka producer would. Layout:
+`build_batch` writes a batch byte for byte as a Kafka producer would, and `rebuild_batch`
+what log compaction leaves of one (some records, same offsets). Layout:
 shared/kafka-protocol/RECORD_BATCH.md.
 
     Record   length varint | attributes int8 | timestampDelta varlong | offsetDelta varint
@@ -33,6 +35,7 @@ from wire.errors import DecodeError
 from wire.primitives import read_varint, read_varlong, write_varint, write_varlong
 from wire.record_batch import (
     CONTROL_BIT,
+    DELETE_HORIZON_BIT,
     HEADER_BYTES,
     LENGTH_PREFIX_BYTES,
     TIMESTAMP_TYPE_BIT,
@@ -42,7 +45,7 @@ from wire.record_batch import (
     read_header,
 )
 
-__all__ = ["Record", "decode_batch", "iter_records", "build_batch"]
+__all__ = ["Record", "decode_batch", "iter_records", "build_batch", "rebuild_batch"]
 
 Header = tuple[str, bytes | None]
 _Buffer = bytes | bytearray | memoryview
@@ -314,6 +317,70 @@ def build_batch(
         producer_epoch,
         base_sequence,
         count,
+    )
+    batch += area
+    struct.pack_into(">I", batch, 17, crc32c.crc32c(memoryview(batch)[_CRC_START:]))
+    return batch
+
+
+def rebuild_batch(
+    header: BatchHeader, records: Sequence[Record], *, delete_horizon_ms: int | None = None
+) -> bytearray:
+    """The batch `header` describes, holding only `records` (some of its own, in order): what
+    log compaction writes (Kafka's MemoryRecords.filterTo).
+
+    Kept from the original: baseOffset, lastOffsetDelta (so the producer's last sequence
+    survives), partitionLeaderEpoch, producer id, epoch and base sequence, the codec, the
+    timestamp type and the transactional and control bits. Each record keeps its offset (its
+    offsetDelta) and its timestamp. baseTimestamp is the original's, so the timestamp deltas
+    stay as written, unless the batch has a delete horizon (KIP-534: attributes bit 6, the
+    horizon in baseTimestamp, deltas taken from it): `delete_horizon_ms` sets one, a horizon
+    the batch had is kept. maxTimestamp is the largest kept timestamp (with LogAppendTime, the
+    original's). With no records it is Kafka's empty batch: no codec, no base timestamp, no
+    horizon, the original maxTimestamp; it only carries producer state.
+    """
+    attributes = header.attributes & (TIMESTAMP_TYPE_BIT | TRANSACTIONAL_BIT | CONTROL_BIT)
+    area = bytearray()
+    if not records:
+        base_timestamp, max_timestamp = _NO_TIMESTAMP, header.max_timestamp
+    else:
+        horizon = header.delete_horizon_ms if delete_horizon_ms is None else delete_horizon_ms
+        base_timestamp = header.base_timestamp if horizon is None else horizon
+        if horizon is not None:
+            attributes |= DELETE_HORIZON_BIT
+        previous = header.base_offset - 1
+        for record in records:
+            if not previous < record.offset <= header.last_offset:
+                raise ValueError(f"record offset {record.offset} out of order or outside "
+                                 f"{header.base_offset}..{header.last_offset}")
+            previous = record.offset
+            _encode_record(area, record.offset - header.base_offset,
+                           record.timestamp - base_timestamp, record.key, record.value,
+                           record.headers)
+        if header.log_append_time:
+            max_timestamp = header.max_timestamp
+        else:
+            max_timestamp = max(record.timestamp for record in records)
+        if header.codec != compression.CODEC_NONE:
+            area = bytearray(compression.compress(header.codec, area))
+        attributes |= header.codec
+    batch = bytearray(HEADER_BYTES)
+    _HEADER.pack_into(
+        batch,
+        0,
+        header.base_offset,
+        HEADER_BYTES - LENGTH_PREFIX_BYTES + len(area),
+        header.partition_leader_epoch,
+        _MAGIC,
+        0,  # crc, below
+        attributes,
+        header.last_offset_delta,
+        base_timestamp,
+        max_timestamp,
+        header.producer_id,
+        header.producer_epoch,
+        header.base_sequence,
+        len(records),
     )
     batch += area
     struct.pack_into(">I", batch, 17, crc32c.crc32c(memoryview(batch)[_CRC_START:]))
