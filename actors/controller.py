@@ -13,6 +13,11 @@ the table the one before it left. A write that fails changes nothing and answers
 KAFKA_STORAGE_ERROR. The node's partitions are bounded (`partitions_max`, from the node's
 `topic_partitions_per_shard`): a client creating topics without end is refused.
 
+A topic's configs change the same way (`AlterTopicConfigs`, from AlterConfigs and
+IncrementalAlterConfigs): checked by actors/topic_config.py, written, published; each shard
+hands its partitions the new settings (`UpdateSettings`) as it takes the table.
+`__consumer_offsets` keeps what its group coordinator depends on (`check_offsets_topic`).
+
 Producer ids come from blocks persisted before use, so an id is never handed out twice, even
 across a crash.
 
@@ -38,7 +43,15 @@ from actors import limits
 from actors.group import OFFSETS_TOPIC
 from actors.runtime import LoopActor
 from actors.services import BrokerSettings, TopicInfo, TopicTable
-from actors.topic_config import ConfigError, validate
+from actors.topic_config import (
+    ConfigError,
+    Operation,
+    OperationError,
+    altered,
+    check_offsets_topic,
+    replaced,
+    validate,
+)
 from storage.metadata_file import read_json, write_json_atomic
 from wire.errors import ErrorCode
 
@@ -49,6 +62,7 @@ __all__ = [
     "CreateTopics",
     "DeleteTopics",
     "CreatePartitions",
+    "AlterTopicConfigs",
     "AllocateProducerId",
     "INTERNAL_TOPICS",
     "TRANSACTION_STATE_TOPIC",
@@ -131,6 +145,18 @@ class CreatePartitions(NamedTuple):
     reply: Callable[[list[TopicResult]], None]
 
 
+class AlterTopicConfigs(NamedTuple):
+    """New explicit configs for topics: for each (topic, operations), either the operations
+    applied in order to the topic's explicit keys (IncrementalAlterConfigs), or, with
+    `replace`, the keys set become the whole set (AlterConfigs). Checked as CreateTopics
+    checks them (actors.topic_config); the result's info carries the new configs."""
+
+    changes: list[tuple[str, list[Operation]]]
+    replace: bool
+    validate_only: bool
+    reply: Callable[[list[TopicResult]], None]
+
+
 class AllocateProducerId(NamedTuple):
     """Replies a new producer id, or -1 if none can be handed out now (retriable)."""
 
@@ -149,6 +175,17 @@ RunBlocking = Callable[[Callable[[], Any], Callable[[Any, BaseException | None],
 
 def _nothing() -> None:
     pass
+
+
+def _names(message: Any) -> list[str | None]:
+    """The topics a request to the Controller names, to answer each when it is refused."""
+    if isinstance(message, DeleteTopics):
+        return list(message.names)
+    if isinstance(message, CreateTopics):
+        return [s.name for s in message.specs]
+    if isinstance(message, AlterTopicConfigs):
+        return [name for name, _ in message.changes]
+    return [name for name, _ in message.counts]
 
 
 def check_topic_name(name: str) -> str | None:
@@ -185,6 +222,7 @@ class Controller(LoopActor):
             CreateTopics: self._create_topics,
             DeleteTopics: self._delete_topics,
             CreatePartitions: self._create_partitions,
+            AlterTopicConfigs: self._alter_configs,
             AllocateProducerId: self._allocate_producer_id,
         }
 
@@ -245,11 +283,10 @@ class Controller(LoopActor):
         if isinstance(message, AllocateProducerId):
             message.reply(-1)
         else:
-            names = message.names if isinstance(message, DeleteTopics) else (
-                [s.name for s in message.specs] if isinstance(message, CreateTopics)
-                else [name for name, _ in message.counts])
             busy = ErrorCode.REQUEST_TIMED_OUT
-            message.reply([TopicResult(name or "", busy, "controller busy") for name in names])
+            message.reply(
+                [TopicResult(name or "", busy, "controller busy") for name in _names(message)]
+            )
 
     # Topics -------------------------------------------------------------------------------
 
@@ -355,6 +392,39 @@ class Controller(LoopActor):
             self._publish(topics, results, m.reply)
         else:
             m.reply(results)
+
+    def _alter_configs(self, m: AlterTopicConfigs) -> None:
+        topics = dict(self._table.topics)
+        results = [self._check_alter(name, ops, m.replace, topics) for name, ops in m.changes]
+        changed = False
+        for r in results:
+            if r.error == ErrorCode.NONE and r.info is not None:
+                changed = changed or r.info.configs != topics[r.name].configs
+                topics[r.name] = r.info
+        if changed and not m.validate_only:
+            for r in results:
+                if r.info is not None:
+                    log.info("topic %s configs now %s", r.name, r.info.configs)
+            self._publish(topics, results, m.reply)
+        else:
+            m.reply(results)
+
+    def _check_alter(
+        self, name: str, ops: list[Operation], replace: bool, topics: dict[str, TopicInfo]
+    ) -> TopicResult:
+        info = topics.get(name)
+        if info is None:
+            return TopicResult(name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "no such topic")
+        try:
+            configs = replaced(ops) if replace else altered(info.configs, ops)
+            if name == OFFSETS_TOPIC:
+                check_offsets_topic(configs)
+        except OperationError as e:
+            return TopicResult(name, ErrorCode.INVALID_REQUEST, str(e))
+        except ConfigError as e:
+            return TopicResult(name, ErrorCode.INVALID_CONFIG, str(e))
+        new = TopicInfo(info.name, info.topic_id, info.partitions, configs, info.internal)
+        return TopicResult(name, ErrorCode.NONE, None, new)
 
     def _over_partition_limit(self, topics: dict[str, TopicInfo], more: int) -> str | None:
         """Why `more` partitions would take the node past `partitions_max`, or None."""

@@ -36,6 +36,7 @@ from typing import Any, NamedTuple
 from pykka import ActorDeadError
 
 from actors import limits
+from actors.log_lifecycle import DeleteRecordsReply, LogLifecycle
 from actors.producer_state import ProducerStateTable
 from actors.runtime import LoopActor
 from actors.services import Services, now_ms
@@ -45,7 +46,7 @@ from storage import DiskLog, FileSlice, LogConfig, NotCached, OffsetOutOfRange
 from storage.page_cache import warm
 from wire.errors import DecodeError, ErrorCode
 from wire.record_batch import BatchHeader, set_log_append_time
-from wire.records import decode_batch
+from wire.records import decode_batch, iter_records
 
 __all__ = [
     "Partition",
@@ -59,6 +60,7 @@ __all__ = [
     "EpochEndOffset",
     "PartitionInfo",
     "Delete",
+    "DeleteRecords",
     "UpdateSettings",
 ]
 
@@ -165,6 +167,14 @@ class UpdateSettings(NamedTuple):
     settings: TopicSettings
 
 
+class DeleteRecords(NamedTuple):
+    """Move the log start up to `offset` (-1: the high watermark); replies (error, low
+    watermark) once the new start is durable (actors/log_lifecycle.py)."""
+
+    offset: int
+    reply: DeleteRecordsReply
+
+
 class _FlushDone(NamedTuple):
     ticket: Any
     error: BaseException | None
@@ -208,6 +218,7 @@ class Partition(LoopActor):
         self._stats = None if metrics is None else metrics.partition(topic, index)
         self._failed: ErrorCode | None = None
         self._log: DiskLog | None = None
+        self._lifecycle = LogLifecycle(self)
         self._handlers: dict[type, Callable[[Any], None]] = {
             Produce: self._produce,
             Read: self._read,
@@ -218,6 +229,7 @@ class Partition(LoopActor):
             _Warmed: self._warmed,
             Delete: self._delete,
             UpdateSettings: self._update_settings,
+            DeleteRecords: lambda m: self._lifecycle.delete_records(m.offset, m.reply),
         }
 
     def __str__(self) -> str:
@@ -231,8 +243,10 @@ class Partition(LoopActor):
         self._log.serve()  # reads come from the loop from here on
         self.high_watermark = self._log.flushed_offset
         self._publish()
+        self._lifecycle.start()
 
     def on_stop(self) -> None:
+        self._lifecycle.stop()
         self._fail_waiters(ErrorCode.NOT_LEADER_OR_FOLLOWER)
         self.services.long_polls.gone((self.topic, self.index))
         if not self._flushing:
@@ -268,6 +282,8 @@ class Partition(LoopActor):
             message.reply(ListOffsetResult(gone))
         elif isinstance(message, EpochEndOffset):
             message.reply((gone, -1, -1))
+        elif isinstance(message, DeleteRecords):
+            message.reply((gone, -1))
 
     def on_receive(self, message: Any) -> Any:
         handler = self._handlers.get(type(message))
@@ -276,9 +292,33 @@ class Partition(LoopActor):
         return handler(message)
 
     def _log_config(self) -> LogConfig:
+        s = self.settings
         return LogConfig(
-            segment_bytes=self.settings.segment_bytes, segment_ms=self.settings.segment_ms
+            segment_bytes=s.segment_bytes, segment_ms=s.segment_ms,
+            index_interval_bytes=s.index_interval_bytes, segment_jitter_ms=s.segment_jitter_ms,
+            segment_index_bytes=s.segment_index_bytes,
         )
+
+    # What the log's lifecycle (actors/log_lifecycle.py) asks of its partition ---------------
+
+    def log_or_none(self) -> DiskLog | None:
+        """The open log; None once the partition is stopping or its topic is deleted."""
+        return None if self._deleted is not None else self._log
+
+    def now_ms(self) -> int:
+        return now_ms()
+
+    def log_start_moved(self) -> None:
+        self._publish()
+
+    def producer_last_batches(self) -> set[int]:
+        return self._producers.last_batch_offsets()
+
+    def storage_failed(self) -> None:
+        """The log's files and its state disagree: take no more writes (Kafka takes the log
+        directory offline)."""
+        self._failed = ErrorCode.KAFKA_STORAGE_ERROR
+        self._fail_waiters(ErrorCode.KAFKA_STORAGE_ERROR)
 
     def _rebuild_producer_state(self) -> None:
         assert self._log is not None
@@ -315,6 +355,10 @@ class Partition(LoopActor):
                 message = f"batch of {header.size} bytes is over max.message.bytes={limit}"
                 self._answer(m, ProduceResult(ErrorCode.MESSAGE_TOO_LARGE, message=message))
                 return
+        if self.settings.compact and not self._keyed(m):
+            message = "a compacted topic takes only records with a key"
+            self._answer(m, ProduceResult(ErrorCode.INVALID_RECORD, message=message))
+            return
         duplicate = self._check_sequences(m)
         if duplicate is not None:
             return
@@ -342,6 +386,16 @@ class Partition(LoopActor):
         elif m.reply is not None:
             self._waiters.append((result.last_offset + 1, m.reply, produced))
         self._start_flush()
+
+    def _keyed(self, m: Produce) -> bool:
+        """Whether every record has a key (Kafka checks this for compacted topics, the one
+        case where the broker decodes records on the produce path)."""
+        first, last = m.headers[0], m.headers[-1]
+        data = m.records[first.position:last.position + last.size]
+        try:
+            return all(record.key is not None for record in iter_records(data, check_crc=False))
+        except DecodeError:
+            return False
 
     def _check_sequences(self, m: Produce) -> bool | None:
         """Answer and return True if the request is a duplicate or out of order; else None."""
@@ -445,6 +499,7 @@ class Partition(LoopActor):
             self._fail_waiters(ErrorCode.KAFKA_STORAGE_ERROR)
             return
         self._log.flush_complete(m.ticket)
+        self._lifecycle.close_retired()
         flushed = self._log.flushed_offset
         if not self.settings.write_caching:
             self._advance_high_watermark(flushed)
@@ -629,19 +684,28 @@ class Partition(LoopActor):
                 "written_offset": log_.written_offset,
                 "flushed_offset": log_.flushed_offset,
                 "producers": len(self._producers),
+                "segments": len(log_.segment_base_offsets),
+                "segments_removed": self._lifecycle.segments_removed,
+                "cleans": self._lifecycle.cleans,
+                "cleaner_checkpoint": log_.cleaner_checkpoint,
             }
         )
 
     # Topic changes ------------------------------------------------------------------------
 
     def _update_settings(self, m: UpdateSettings) -> None:
+        """A topic setting changed (AlterConfigs): it holds from the next append, read and
+        housekeeping pass on."""
         self.settings = m.settings
+        if self._log is not None:
+            self._log.set_config(self._log_config())
 
     def _delete(self, m: Delete) -> None:
         gone = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         self._fail_waiters(gone)
         self._failed = gone  # produces still in the inbox are refused
         self._deleted = m.trash
+        self._lifecycle.stop()
         if not self._flushing:
             self._finish_delete()
         # else _flush_done finishes it: the flush holds the log's fds

@@ -108,6 +108,11 @@ class ProducerStateTable:
             RememberedBatch(first_sequence, last_sequence, first_offset, last_offset)
         )
 
+    def last_batch_offsets(self) -> set[int]:
+        """The base offset of each remembered producer's last batch: compaction keeps these
+        batches (empty if need be), so the producer's state survives a restart."""
+        return {p.batches[-1].first_offset for p in self._producers.values() if p.batches}
+
     def forget_from(self, offset: int) -> None:
         """Drop every remembered batch at or after `offset` (the log was truncated there)."""
         for producer_id in list(self._producers):

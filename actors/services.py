@@ -35,9 +35,14 @@ class BrokerSettings:
     message_max_bytes: int = 1048588
     segment_bytes: int = 128 * 1024 * 1024
     segment_ms: int = 7 * 24 * 3600 * 1000
+    log_retention_ms: int = 7 * 24 * 3600 * 1000  # retention.ms unless a topic sets it
+    retention_bytes: int = -1  # retention.bytes unless a topic sets it
+    log_cleanup_interval_ms: int = 10_000  # how often retention and compaction look
     shards: int = 1  # shard processes of this node (partition owners: shards.shard_table)
     offsets_topic_partitions: int = 50  # partitions of __consumer_offsets (Kafka's default)
     group_initial_rebalance_delay_ms: int = 3000  # Kafka's group.initial.rebalance.delay.ms
+    group_offset_retention_sec: int = 7 * 24 * 3600  # offsets of a group Empty this long go
+    group_offset_retention_check_ms: int = 600_000  # how often the coordinator looks
     partitions_max: int = 100_000  # partitions the node may own (topic_partitions_per_shard)
 
 
@@ -137,6 +142,12 @@ class Services(Protocol):
     ) -> None:
         """The same on the read pool, for bulk reads from the disk (a cold read brought into
         the page cache): they never hold up an fdatasync behind them."""
+        ...
+
+    def clean_blocking(
+        self, fn: Callable[[], Any], done: Callable[[Any, BaseException | None], None]
+    ) -> None:
+        """The same on the shard's cleaner thread: compaction, one clean at a time."""
         ...
 
     def connection_closed(self) -> None:

@@ -75,6 +75,12 @@ def build_parser() -> argparse.ArgumentParser:
     start.add_argument("--group-initial-rebalance-delay-ms", type=int, metavar="MS",
                        help="wait for more members before a new group's first rebalance "
                             "(default 3000)")
+    start.add_argument("--log-retention-ms", type=int, metavar="MS",
+                       help="retention.ms of topics that set none (default 7 days; -1: keep)")
+    start.add_argument("--retention-bytes", type=int, metavar="BYTES",
+                       help="retention.bytes of topics that set none (default -1: no limit)")
+    start.add_argument("--log-cleanup-interval-ms", type=int, metavar="MS",
+                       help="how often retention and compaction look (default 10000)")
     start.set_defaults(func=start_command)
 
     add_topic_commands(commands)

@@ -87,6 +87,12 @@ class NodeConfig:
     message_max_bytes: int = 1048588  # Kafka's default: 1 MiB plus the batch overhead
     segment_bytes: int = 128 * MiB
     segment_ms: int = 7 * DAY_MS
+    # Node defaults of a topic's retention.ms and retention.bytes (Redpanda's names); -1: keep
+    # everything.
+    log_retention_ms: int = 7 * DAY_MS
+    retention_bytes: int = -1
+    # How often each shard looks for segments to delete and logs to compact (Redpanda's name).
+    log_cleanup_interval_ms: int = 10_000
     # Bytes in flight per shard before its connections stop reading (shards/memory.py).
     memory_budget_bytes: int = limits.shard_memory_budget_bytes
     # Each shard's shared memory (shards/arena.py): large produce requests are received into
@@ -103,6 +109,10 @@ class NodeConfig:
     topic_partitions_per_shard: int = limits.topic_partitions_per_shard
     offsets_topic_partitions: int = 50  # __consumer_offsets partitions (Kafka's default)
     group_initial_rebalance_delay_ms: int = 3000  # Kafka's group.initial.rebalance.delay.ms
+    # Committed offsets of a group Empty this long expire (Kafka offsets.retention.minutes,
+    # 7 days); looked for this often (Redpanda's names).
+    group_offset_retention_sec: int = 7 * 24 * 3600
+    group_offset_retention_check_ms: int = 600_000
     storage_mode: str = "buffered"  # "buffered" (page cache) or "direct" (O_DIRECT)
     log_level: str = "info"
 
@@ -125,8 +135,18 @@ class NodeConfig:
                      "topic_partitions_per_shard"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be at least 1, not {getattr(self, name)}")
+        for name in ("log_retention_ms", "retention_bytes"):
+            if getattr(self, name) < -1:
+                raise ConfigError(f"{name} must be -1 (no limit) or more, not "
+                                  f"{getattr(self, name)}")
+        if self.log_cleanup_interval_ms < 1:
+            raise ConfigError("log_cleanup_interval_ms must be at least 1, not "
+                              f"{self.log_cleanup_interval_ms}")
         if self.pipe_arena_bytes < 0:
             raise ConfigError(f"pipe_arena_bytes must not be negative, not {self.pipe_arena_bytes}")
+        for name in ("group_offset_retention_sec", "group_offset_retention_check_ms"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be at least 1, not {getattr(self, name)}")
         if self.group_initial_rebalance_delay_ms < 0:
             raise ConfigError("group_initial_rebalance_delay_ms must not be negative, not "
                               f"{self.group_initial_rebalance_delay_ms}")
@@ -200,10 +220,12 @@ _FIELD_TYPES: dict[str, type] = {
     "advertise_port": int, "node_id": int, "smp": int, "reader_host": str, "reader_port": int,
     "admin_host": str, "admin_port": int, "disable_metrics": bool, "auto_create_topics": bool,
     "default_partitions": int, "default_replicas": int, "message_max_bytes": int,
-    "segment_bytes": int, "segment_ms": int, "memory_budget_bytes": int,
+    "segment_bytes": int, "segment_ms": int, "log_retention_ms": int, "retention_bytes": int,
+    "log_cleanup_interval_ms": int, "memory_budget_bytes": int,
     "pipe_arena_bytes": int, "offsets_topic_partitions": int, "kafka_shards": int,
     "kafka_connections_max": int, "topic_partitions_per_shard": int,
-    "group_initial_rebalance_delay_ms": int, "storage_mode": str, "log_level": str,
+    "group_initial_rebalance_delay_ms": int, "group_offset_retention_sec": int,
+    "group_offset_retention_check_ms": int, "storage_mode": str, "log_level": str,
 }
 _OPTIONAL_FIELDS = ("advertise_host", "advertise_port")
 assert set(_FIELD_TYPES) == {f.name for f in dataclasses.fields(NodeConfig)}

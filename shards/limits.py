@@ -9,6 +9,8 @@ io_threads = 4
 # large Spark reads): apart from the fdatasync threads, so no flush queues behind a read.
 # Two keep a second cold reader from waiting behind the first; more only add seeks.
 read_io_threads = 2
+# Threads of the shard's log cleaner (compaction): one, as Redpanda's one compaction per shard.
+cleaner_threads = 1
 # Calls (fdatasyncs) one I/O job takes before another thread is woken for the rest: up to
 # this many partitions flushed in one loop turn cost one wake-up (shards/io_pool.py).
 io_calls_per_job = 4

@@ -44,12 +44,14 @@ from typing import TYPE_CHECKING, Any
 
 from actors.controller import (
     AllocateProducerId,
+    AlterTopicConfigs,
     CreatePartitions,
     CreateTopics,
     DeleteTopics,
     TopicResult,
 )
 from actors.partition import (
+    DeleteRecords,
     EpochEndOffset,
     ListOffset,
     ListOffsetResult,
@@ -206,9 +208,9 @@ def _send_read(ref: RemotePartition, m: Read) -> None:
         where = header.get("slice")
         if where is not None:
             path, position, length, count, inode = where
-            fd = router.open_segment(path, inode)
-            if fd is not None:
-                records = FileSlice(fd, position, length, path, count, inode)
+            file = router.open_segment(path, inode)
+            if file is not None:
+                records = FileSlice(file.fd, position, length, path, count, inode, file)
         elif frames:
             records = memoryview(frames[0])
         result = ReadResult(error, hwm, start, records)
@@ -232,6 +234,13 @@ def _send_list_offset(ref: RemotePartition, m: ListOffset) -> None:
     ref._call("list_offset", {"ts": m.timestamp, "cle": m.current_leader_epoch}, [], on_reply)
 
 
+def _send_delete_records(ref: RemotePartition, m: DeleteRecords) -> None:
+    def on_reply(h: dict[str, Any], _f: list[Any]) -> None:
+        m.reply((ErrorCode(h["e"]), h["lw"]))
+
+    ref._call("delete_records", {"o": m.offset}, [], on_reply)
+
+
 def _send_epoch_end(ref: RemotePartition, m: EpochEndOffset) -> None:
     def on_reply(h: dict[str, Any], _f: list[Any]) -> None:
         m.reply((ErrorCode(h["e"]), h["le"], h["o"]))
@@ -249,6 +258,7 @@ _PARTITION_REQUESTS: dict[type, Callable[[RemotePartition, Any], None]] = {
     ListOffset: _send_list_offset,
     EpochEndOffset: _send_epoch_end,
     PartitionInfo: _send_info,
+    DeleteRecords: _send_delete_records,
 }
 
 
@@ -276,6 +286,14 @@ class RemoteController:
             header = {
                 "t": "create_partitions",
                 "counts": message.counts,
+                "vo": message.validate_only,
+            }
+            router.call(0, header, [], _results_reply(message.reply))
+        elif isinstance(message, AlterTopicConfigs):
+            header = {
+                "t": "alter_configs",
+                "changes": [[name, [list(op) for op in ops]] for name, ops in message.changes],
+                "replace": message.replace,
                 "vo": message.validate_only,
             }
             router.call(0, header, [], _results_reply(message.reply))

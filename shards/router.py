@@ -19,6 +19,7 @@ import msgpack
 
 from actors.controller import (
     AllocateProducerId,
+    AlterTopicConfigs,
     CreatePartitions,
     CreateTopics,
     DeleteTopics,
@@ -27,6 +28,7 @@ from actors.controller import (
 )
 from actors.handlers.join import send
 from actors.partition import (
+    DeleteRecords,
     EpochEndOffset,
     FetchBudget,
     ListOffset,
@@ -39,12 +41,14 @@ from actors.partition import (
 )
 from actors.runtime import current_loop
 from actors.services import TopicTable
+from actors.topic_config import Operation
 from shards import limits, pipe_codec
 from shards.arena import ArenaSet
 from shards.pipes import PipeBroken
 from shards.remote import Reply, result_to_wire, table_from_wire, table_to_wire
 from storage import FileSlice
 from storage.page_cache import no_readahead
+from storage.segment import OpenFile
 from wire.errors import DecodeError, ErrorCode
 from wire.record_batch import iter_batches
 
@@ -75,8 +79,9 @@ class Router:
         self._lazy: dict[int, dict[int, dict[str, Any]]] = {}
         self._lazy_timers: dict[int, Any] = {}
         self._group: _AnswerGroup | None = None  # while serving a batch message
-        # Other shards' segment files open for sendfile: path -> (fd, inode).
-        self._segments: collections.OrderedDict[str, tuple[int, int]] = collections.OrderedDict()
+        # Other shards' segment files open for sendfile: path -> (file, inode).
+        self._segments: collections.OrderedDict[str, tuple[OpenFile, int]]
+        self._segments = collections.OrderedDict()
         self.dispatched = 0  # produce requests whose phase one came back (for tests, stats)
         self._incoming: dict[str, Callable[[int, dict[str, Any], list[Any]], None]] = {
             "reply": self._on_reply,
@@ -85,10 +90,12 @@ class Router:
             "watch": self._serve_watch,
             "list_offset": self._serve_list_offset,
             "epoch_end": self._serve_epoch_end,
+            "delete_records": self._serve_delete_records,
             "info": self._serve_info,
             "create_topics": self._serve_controller,
             "delete_topics": self._serve_controller,
             "create_partitions": self._serve_controller,
+            "alter_configs": self._serve_controller,
             "producer_id": self._serve_controller,
             "topics": self._serve_topics,
             "batch": self._serve_batch,
@@ -402,6 +409,14 @@ class Router:
         if ref is None or not send(ref, ListOffset(h["ts"], h["cle"], reply)):
             reply(ListOffsetResult(ErrorCode.NOT_LEADER_OR_FOLLOWER))
 
+    def _serve_delete_records(self, source: int, h: dict[str, Any], _f: list[Any]) -> None:
+        def reply(r: tuple[ErrorCode, int]) -> None:
+            self._answer(source, h, {"e": int(r[0]), "lw": r[1]})
+
+        ref = self._local(h)
+        if ref is None or not send(ref, DeleteRecords(h["o"], reply)):
+            reply((ErrorCode.NOT_LEADER_OR_FOLLOWER, -1))
+
     def _serve_epoch_end(self, source: int, h: dict[str, Any], _frames: list[Any]) -> None:
         def reply(r: tuple[ErrorCode, int, int]) -> None:
             self._answer(source, h, {"e": int(r[0]), "le": r[1], "o": r[2]})
@@ -435,6 +450,9 @@ class Router:
             controller.tell(DeleteTopics(list(h["names"]), ids, results))
         elif kind == "create_partitions":
             controller.tell(CreatePartitions([tuple(c) for c in h["counts"]], h["vo"], results))
+        elif kind == "alter_configs":
+            changes = [(name, [Operation(*op) for op in ops]) for name, ops in h["changes"]]
+            controller.tell(AlterTopicConfigs(changes, h["replace"], h["vo"], results))
         else:
             controller.tell(AllocateProducerId(lambda pid: self._answer(source, h, {"pid": pid})))
 
@@ -463,38 +481,34 @@ class Router:
 
     # Segment files of other shards -----------------------------------------------------------
 
-    def open_segment(self, path: str, inode: int) -> int | None:
-        """An fd for a segment another shard owns, cached; None if that file is gone
-        (deleted, or another file at its path: a topic deleted and made again)."""
+    def open_segment(self, path: str, inode: int) -> OpenFile | None:
+        """An open segment file another shard owns, cached; None if that file is gone
+        (deleted, or another file at its path: a topic deleted and made again). The fd
+        stays open while a FileSlice holds the OpenFile, though the cache let it go."""
         cached = self._segments.get(path)
         if cached is not None:
-            fd, cached_inode = cached
-            if cached_inode == inode:
+            if cached[1] == inode:
                 self._segments.move_to_end(path)
-                return fd
-            os.close(self._segments.pop(path)[0])
+                return cached[0]
+            del self._segments[path]
         try:
-            fd = os.open(path, os.O_RDONLY)
+            file = OpenFile(os.open(path, os.O_RDONLY))
         except FileNotFoundError:
             return None
-        no_readahead(fd)  # as the owner's own fd (storage/page_cache.py)
-        if os.fstat(fd).st_ino != inode:
-            os.close(fd)
+        no_readahead(file.fd)  # as the owner's own fd (storage/page_cache.py)
+        if os.fstat(file.fd).st_ino != inode:
             return None
-        self._segments[path] = (fd, inode)
+        self._segments[path] = (file, inode)
         if len(self._segments) > limits.remote_segment_fds_max:
-            _, (oldest, _) = self._segments.popitem(last=False)
-            os.close(oldest)
-        return fd
+            self._segments.popitem(last=False)
+        return file
 
     def forget_segments(self, prefix: str) -> None:
-        """Close cached fds under `prefix` (a deleted topic's partition directory)."""
+        """Let go of cached files under `prefix` (a deleted topic's partition directory)."""
         for path in [p for p in self._segments if p.startswith(prefix)]:
-            os.close(self._segments.pop(path)[0])
+            del self._segments[path]
 
     def close(self) -> None:
-        for fd, _ in self._segments.values():
-            os.close(fd)
         self._segments.clear()
 
 

@@ -100,9 +100,14 @@ class Shard:
             message_max_bytes=config.message_max_bytes,
             segment_bytes=config.segment_bytes,
             segment_ms=config.segment_ms,
+            log_retention_ms=config.log_retention_ms,
+            retention_bytes=config.retention_bytes,
+            log_cleanup_interval_ms=config.log_cleanup_interval_ms,
             shards=shards,
             offsets_topic_partitions=config.offsets_topic_partitions,
             group_initial_rebalance_delay_ms=config.group_initial_rebalance_delay_ms,
+            group_offset_retention_sec=config.group_offset_retention_sec,
+            group_offset_retention_check_ms=config.group_offset_retention_check_ms,
             partitions_max=config.topic_partitions_per_shard * shards,
         )
         self.metrics = None if config.disable_metrics else ShardMetrics()
@@ -128,6 +133,9 @@ class Shard:
         # Bulk reads (cold data brought into the page cache, large Spark reads, removing a
         # deleted partition) on threads of their own, so an fdatasync never waits behind one.
         self._read_io = IoPool(self.loop, limits.read_io_threads, f"shard{shard_id}-read")
+        # The shard's log cleaner (compaction): one thread, one clean at a time; it throttles
+        # itself, so it never holds up a flush or a cold read.
+        self._clean_io = IoPool(self.loop, limits.cleaner_threads, f"shard{shard_id}-cleaner")
         self._table = TopicTable()
         self.long_polls = WatchService(shard_id, self.owner_of)
         self._partitions: dict[tuple[str, int], ActorRef[Any]] = {}  # owned here
@@ -213,6 +221,11 @@ class Shard:
         self, fn: Callable[[], Any], done: Callable[[Any, BaseException | None], None]
     ) -> None:
         self._read_io.run(fn, done)
+
+    def clean_blocking(
+        self, fn: Callable[[], Any], done: Callable[[Any, BaseException | None], None]
+    ) -> None:
+        self._clean_io.run(fn, done)
 
     # Topic table --------------------------------------------------------------------------
 
@@ -433,7 +446,8 @@ class Shard:
 
     def _check_stopped(self, deadline: float) -> None:
         # Partitions close their logs when their last flush returns: wait for the pool too.
-        busy = ActorRegistry.get_all() or self._io.busy or self._read_io.busy
+        busy = (ActorRegistry.get_all() or self._io.busy or self._read_io.busy
+                or self._clean_io.busy)
         if busy and self.loop.time() < deadline:
             self.loop.call_later(0.01, self._check_stopped, deadline)
             return
@@ -452,6 +466,7 @@ class Shard:
                 self._stats_context.term()
             self._io.shutdown()
             self._read_io.shutdown()
+            self._clean_io.shutdown()
             if self._router is not None:
                 self._router.close()
             if self._mesh is not None:

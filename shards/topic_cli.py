@@ -1,4 +1,5 @@
-"""`krill topic ...`: create, list, describe and delete topics; the commands' arguments.
+"""`krill topic ...`: create, list, describe, delete topics, alter their configs and trim
+their partitions (DeleteRecords); the commands' arguments.
 
 Producing and consuming are in shards/topic_io_cli.py; the client set-up and the one-line
 errors every command shares are in shards/cli_client.py.
@@ -75,6 +76,12 @@ def _start_offset(text: str) -> str | int:
     raise argparse.ArgumentTypeError(f"expected start, end or an offset, not {text!r}")
 
 
+def _trim_offset(text: str) -> int:
+    if text == "-1" or text.isdigit():
+        return int(text)
+    raise argparse.ArgumentTypeError(f"expected an offset or -1, not {text!r}")
+
+
 def _timeout_seconds(text: str) -> float:
     try:
         value = float(text)
@@ -86,7 +93,9 @@ def _timeout_seconds(text: str) -> float:
 
 
 def add_topic_commands(subparsers: Any) -> None:
-    topic = subparsers.add_parser("topic", help="create, list, describe, delete, produce, consume")
+    topic = subparsers.add_parser(
+        "topic", help="create, list, describe, alter-config, delete, produce, consume"
+    )
     commands = topic.add_subparsers(dest="topic_command", metavar="COMMAND", required=True)
 
     p = commands.add_parser("create", help="create topics")
@@ -124,6 +133,43 @@ def add_topic_commands(subparsers: Any) -> None:
     p.add_argument("name", metavar="NAME")
     p.add_argument("--format", choices=("text", "json"), default="text")
     p.set_defaults(func=describe)
+
+    p = commands.add_parser(
+        "alter-config", help="set or delete topic configs (IncrementalAlterConfigs)"
+    )
+    p.add_argument("name", metavar="NAME")
+    p.add_argument(
+        "-s",
+        "--set",
+        type=_key_value,
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="set a topic config, repeatable",
+    )
+    p.add_argument(
+        "-d",
+        "--delete",
+        action="append",
+        default=[],
+        metavar="KEY",
+        help="delete a topic config (back to its default), repeatable",
+    )
+    p.set_defaults(func=alter_config, usage_error=p.error)
+
+    p = commands.add_parser(
+        "trim-prefix", help="delete a partition's records below an offset (DeleteRecords)"
+    )
+    p.add_argument("name", metavar="NAME")
+    p.add_argument(
+        "-p", "--partitions", type=_partition_list, metavar="P[,P...]",
+        help="partitions to trim (default: all)",
+    )
+    p.add_argument(
+        "-o", "--offset", type=_trim_offset, required=True,
+        help="the new log start offset; -1: the high watermark (everything so far)",
+    )
+    p.set_defaults(func=trim_prefix)
 
     p = commands.add_parser("delete", help="delete topics")
     p.add_argument("names", nargs="+", metavar="NAME")
@@ -264,6 +310,68 @@ def add_partitions(args: argparse.Namespace) -> int:
     )
     wait(client, futures[args.name], args.name)
     print(f"{args.name}: {current} -> {current + args.num} partitions")
+    return 0
+
+
+def trim_prefix(args: argparse.Namespace) -> int:
+    """DeleteRecords: move each partition's log start to --offset; print where each starts."""
+    from confluent_kafka import TopicPartition
+
+    client = Client(args.brokers)
+    admin = client.admin()
+    count = len(topic_metadata(client, admin, args.name).partitions)
+    partitions = args.partitions if args.partitions is not None else list(range(count))
+    missing = [p for p in partitions if p >= count]
+    if missing:
+        raise CommandError(f"{args.name} has no partition {missing[0]} (it has {count})")
+    futures = admin.delete_records(
+        [TopicPartition(args.name, p, args.offset) for p in partitions],
+        request_timeout=request_timeout_s, operation_timeout=request_timeout_s,
+    )
+    rows: list[list[object]] = [["PARTITION", "LOG-START"]]
+    errors = []
+    for tp, future in sorted(futures.items(), key=lambda item: item[0].partition):
+        try:
+            rows.append([tp.partition, wait(client, future, args.name).low_watermark])
+        except CommandError as e:
+            errors.append(f"partition {tp.partition}: {e}")
+    if len(rows) > 1:
+        print_table(rows, sys.stdout)
+    return _report(errors)
+
+
+def alter_config(args: argparse.Namespace) -> int:
+    """Apply --set and --delete in one IncrementalAlterConfigs, then print the keys named as
+    the broker now reports them."""
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
+
+    if not args.set and not args.delete:
+        args.usage_error("give at least one --set KEY=VALUE or --delete KEY")
+    keys = [key for key, _ in args.set] + list(args.delete)
+    twice = sorted({key for key in keys if keys.count(key) > 1})
+    if twice:
+        args.usage_error(f"config {twice[0]!r} is named more than once")
+    operations = [
+        ConfigEntry(key, value, incremental_operation=AlterConfigOpType.SET)
+        for key, value in args.set
+    ] + [
+        ConfigEntry(key, None, incremental_operation=AlterConfigOpType.DELETE)
+        for key in args.delete
+    ]
+    client = Client(args.brokers)
+    admin = client.admin()
+    resource = ConfigResource(ResourceType.TOPIC, args.name, incremental_configs=operations)
+    try:
+        futures = admin.incremental_alter_configs([resource], request_timeout=request_timeout_s)
+    except Exception as e:  # KafkaException or ValueError raised before a future existed
+        raise CommandError(describe_error(e, client.brokers, args.name)) from None
+    wait(client, next(iter(futures.values())), args.name)
+    configs, configs_error = _describe_configs(client, admin, args.name)
+    if configs is None:
+        raise CommandError(f"altered, but cannot read the configs back: {configs_error}")
+    rows: list[list[object]] = [["KEY", "VALUE", "SOURCE"]]
+    rows += [[c["name"], c["value"], c["source"]] for c in configs if c["name"] in keys]
+    print_table(rows, sys.stdout)
     return 0
 
 

@@ -32,6 +32,7 @@ from pykka import ActorDeadError, ActorRef
 
 from actors.controller import CreateTopics, TopicResult, TopicSpec
 from actors.group import OFFSETS_TOPIC, limits, offsets_partition
+from actors.group.expiry import expired_offsets, group_expires
 from actors.group.log_records import (
     GroupKey,
     OffsetKey,
@@ -145,6 +146,8 @@ class GroupCoordinator(LoopActor):
         self._loads_left = 0
         self._load_started_ms = 0
         self._restored: dict[str, GroupSnapshot] = {}  # group metadata seen while loading
+        self._expiry_timer: asyncio.TimerHandle | None = None
+        self._expiring: set[str] = set()  # groups whose expiry tombstones are being appended
         self._handlers: dict[type, Callable[[Any], None]] = {
             Join: self._group_event,
             Sync: self._group_event,
@@ -185,6 +188,8 @@ class GroupCoordinator(LoopActor):
         return snapshot
 
     def on_stop(self) -> None:
+        if self._expiry_timer is not None:
+            self._expiry_timer.cancel()
         for handle in self._timers.values():
             handle.cancel()
         self._timers.clear()
@@ -345,6 +350,7 @@ class GroupCoordinator(LoopActor):
             if offsets:
                 self._group(group_id)
         self._phase = _Phase.READY
+        self._schedule_expiry()
         log.info(
             "group coordinator ready in %d ms: %d groups, %d with offsets",
             now - self._load_started_ms if self._load_started_ms else 0,
@@ -536,6 +542,56 @@ class GroupCoordinator(LoopActor):
 
         tombstones = [(encode_offset_key(m.group_id, t, p), None) for t, p in doomed]
         self._append(m.group_id, tombstones, appended)
+
+    # Offsets retention ------------------------------------------------------------------------
+
+    def _schedule_expiry(self) -> None:
+        interval_s = self.services.settings.group_offset_retention_check_ms / 1000
+        self._expiry_timer = self.call_later(interval_s, self._expire)
+
+    def _expire(self) -> None:
+        """Tombstone expired offsets, and groups left Empty with none (actors/group/expiry.py);
+        memory follows once the tombstones are produced."""
+        now = now_ms()
+        retention_ms = self.services.settings.group_offset_retention_sec * 1000
+        for group_id, group in list(self._groups.items()):
+            if group_id in self._expiring:
+                continue
+            offsets = self._offsets.get(group_id, {})
+            doomed = expired_offsets(group, offsets, now, retention_ms)
+            goes = group_expires(group, len(offsets) - len(doomed))
+            if not doomed and not goes:
+                continue
+            tombstones: list[tuple[bytes, bytes | None]] = [
+                (encode_offset_key(group_id, t, p), None) for t, p in doomed]
+            if goes:
+                tombstones.append((encode_group_key(group_id), None))
+            self._expiring.add(group_id)
+            self._append(group_id, tombstones, self._expired(group_id, doomed, goes))
+        self._schedule_expiry()
+
+    def _expired(self, group_id: str, doomed: list[tuple[str, int]],
+                 goes: bool) -> Callable[[ErrorCode], None]:
+        def done(error: ErrorCode) -> None:
+            self._expiring.discard(group_id)
+            if error != ErrorCode.NONE:
+                return  # the next pass tries again
+            offsets = self._offsets.get(group_id, {})
+            for tp in doomed:
+                offsets.pop(tp, None)
+            group = self._groups.get(group_id)
+            # A member may have joined, or an offset been committed, while the tombstones
+            # were out: then the group stays (its metadata is written again as it changes).
+            if goes and group is not None and group_expires(group, len(offsets)):
+                group.delete()
+                del self._groups[group_id]
+                self._offsets.pop(group_id, None)
+                self._set_timer(group_id, None)
+            if doomed or goes:
+                log.info("group %r: %d offset(s) expired%s", group_id, len(doomed),
+                         "; group removed" if goes else "")
+
+        return done
 
     # Groups -----------------------------------------------------------------------------------
 

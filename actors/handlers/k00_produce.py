@@ -7,7 +7,9 @@ write v2 batches (CLIENTS.md §4).
 
 Record sets stay opaque bytes: each batch's header, length and CRC-32C are checked here, then
 the partition's owner assigns offsets and appends (DESIGN.md §2). acks=0 gets no response;
-acks=1 and acks=all are answered once the data is flushed (safe mode).
+acks=1 and acks=all are answered once the data is flushed (safe mode). An acks=all produce
+to a topic whose min.insync.replicas exceeds the replicas in sync gets NOT_ENOUGH_REPLICAS and
+is not appended, as Kafka answers; acks=0 and acks=1 do not wait for other replicas.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 
 from actors.handlers.join import Join, send
 from actors.partition import Produce, ProduceResult
+from actors.topic_config import min_insync_replicas
 from wire import limits
 from wire.errors import DecodeError, ErrorCode
 from wire.messages.produce import ProduceRequest, ProduceResponse
@@ -30,6 +33,9 @@ TopicProduceResponse = ProduceResponse.TopicProduceResponse
 PartitionProduceResponse = ProduceResponse.PartitionProduceResponse
 
 _VALID_ACKS = (0, 1, -1)
+_ACKS_ALL = -1
+# Replicas in sync per partition: one node and no replication yet, so the leader alone.
+_IN_SYNC_REPLICAS = 1
 _CODEC_MAX = 4  # zstd
 
 
@@ -51,6 +57,8 @@ def handle(ctx: Any, request: ProduceRequest) -> None:
     for index, (topic, data) in enumerate(parts):
         reply = join.slot(index) if join is not None else None
         error, message, headers = _check(acks, request.transactional_id, data.records)
+        if error is None and acks == _ACKS_ALL:
+            error, message = _check_in_sync(services, topic, data.index)
         if error is None:
             ref = services.partition(topic, data.index)
             if ref is not None:
@@ -88,6 +96,20 @@ def _check(
         if header.is_transactional or transactional_id is not None:
             return ErrorCode.INVALID_TXN_STATE, "transactions are not supported yet", []
     return None, None, headers
+
+
+def _check_in_sync(services: Any, topic: str, index: int) -> tuple[ErrorCode | None, str | None]:
+    """NOT_ENOUGH_REPLICAS when the topic asks more replicas in sync than there are."""
+    info = services.topics().topics.get(topic)
+    if info is None or not 0 <= index < info.partitions:
+        return None, None  # no such partition: the partition lookup answers
+    wanted = min_insync_replicas(info.configs)
+    if wanted <= _IN_SYNC_REPLICAS:
+        return None, None
+    return ErrorCode.NOT_ENOUGH_REPLICAS, (
+        f"{_IN_SYNC_REPLICAS} replica in sync for {topic}-{index}, fewer than its "
+        f"min.insync.replicas {wanted}"
+    )
 
 
 def _response(parts: list[tuple[str, Any]], results: list[ProduceResult]) -> ProduceResponse:

@@ -10,6 +10,8 @@ import json
 from typing import Any
 
 import pytest
+from confluent_kafka import TopicPartition
+from confluent_kafka.admin import AdminClient
 
 from tests.spark.conftest import Kafka
 from tests.support.broker import BrokerProcess
@@ -130,8 +132,7 @@ def test_subscribe_pattern_and_assign(
 def test_fail_on_data_loss_when_the_log_went_back(
     spark: Any, reader_broker: BrokerProcess, kafka: Kafka, topic_name: str
 ) -> None:
-    # The log start cannot move yet (no retention, no DeleteRecords): a start past the end
-    # (as after a topic was re-created) is the data loss a real Spark run can show today.
+    # A start past the end, as after a topic was re-created.
     kafka.create(topic_name)
     kafka.values(topic_name, 10)
     start = json.dumps({topic_name: {"0": 25}})
@@ -141,6 +142,26 @@ def test_fail_on_data_loss_when_the_log_went_back(
         spark, reader_broker, topic_name, startingOffsets=start, failOnDataLoss="false"
     ).collect()
     assert sorted(r.offset for r in rows) == list(range(10))
+
+
+def test_fail_on_data_loss_when_records_were_deleted(
+    spark: Any, reader_broker: BrokerProcess, kafka: Kafka, topic_name: str
+) -> None:
+    # DeleteRecords moves the log start past where the query starts: records it would have
+    # read are gone.
+    kafka.create(topic_name)
+    kafka.values(topic_name, 10)
+    admin = AdminClient({"bootstrap.servers": reader_broker.bootstrap})
+    for future in admin.delete_records([TopicPartition(topic_name, 0, 4)]).values():
+        assert future.result(30).low_watermark == 4
+    start = json.dumps({topic_name: {"0": 1}})
+    with pytest.raises(Exception, match="some data may have been lost"):
+        load(spark, reader_broker, topic_name, startingOffsets=start).collect()
+    rows = load(
+        spark, reader_broker, topic_name, startingOffsets=start, failOnDataLoss="false"
+    ).collect()
+    assert sorted(r.offset for r in rows) == list(range(4, 10))
+    assert load(spark, reader_broker, topic_name).count() == 6  # earliest: the new start
 
 
 def test_noop_sink_and_empty_topic(

@@ -135,3 +135,31 @@ def test_a_dead_node_fails_the_request_in_time() -> None:
         with pytest.raises(ReaderTimeout):
             client.metadata()
     assert time.monotonic() - started < 5
+
+
+def test_records_deleted_after_planning(reader_broker: BrokerProcess, kafka: Kafka) -> None:
+    # The executor's side of failOnDataLoss: a range planned from offset 0, then DeleteRecords
+    # moves the log start to 6 before the task reads it.
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    from wire.spark.datasource import DataLossError, KrillPartition, read_range
+    from wire.spark.offsets import OffsetRange, SourceOptions
+
+    topic = f"deleted-{time.monotonic_ns()}"
+    kafka.create(topic)
+    kafka.values(topic, 10)
+    planned = OffsetRange(topic, 0, 0, 10)
+    admin = AdminClient({"bootstrap.servers": reader_broker.bootstrap})
+    for future in admin.delete_records([TopicPartition(topic, 0, 6)]).values():
+        assert future.result(30).low_watermark == 6
+
+    def task(fail_on_data_loss: bool) -> KrillPartition:
+        options = SourceOptions(bootstrap=reader_broker.reader_address,
+                                fail_on_data_loss=fail_on_data_loss)
+        return KrillPartition(reader_broker.reader_address, planned, options)
+
+    with pytest.raises(DataLossError, match="offsets 0..5 were deleted before they were read"):
+        list(read_range(task(True)))
+    offsets = [o for batch in read_range(task(False)) for o in batch.column("offset").to_pylist()]
+    assert offsets == [6, 7, 8, 9]

@@ -141,6 +141,9 @@ class RowBuilder:
         """Go on from `offset` (records before it were deleted: failOnDataLoss=false)."""
         assert offset >= self.next_offset, (offset, self.next_offset)
         self.next_offset = min(offset, self.end_offset)
+        # The batch holding `offset` still starts below it: those records are gone as far as
+        # the log is concerned (below its start), so they are left out, as a consumer does.
+        self.start_offset = max(self.start_offset, self.next_offset)
 
     def add(self, records: bytes | bytearray | memoryview) -> int:
         """Take the whole batches in `records`; returns how many batches were taken. A trailing
