@@ -54,9 +54,11 @@ SHARD_CASES = ["shards_1_vs_2", "cross_core_vs_local"]  # bench/shards.py
 GROUP_CASES = ["offset_commit_rate", "rebalance_time"]  # bench/groups.py
 # bench/running.py: a node left running (idle long polls, cold reads, metrics, soak).
 RUNNING_CASES = ["idle_consumers", "cold_reads", "metrics_overhead", "soak"]
+# bench/lifecycle.py: retention holding the disk, compaction.
+LIFECYCLE_CASES = ["retention_steady", "compaction"]
 ALL_CASES = [
     "ceilings", *PRODUCE_CASES, "rss_100_partitions", *SHARD_CASES, *GROUP_CASES,
-    *RUNNING_CASES,
+    *RUNNING_CASES, *LIFECYCLE_CASES,
 ]
 
 
@@ -1094,6 +1096,10 @@ def main(argv: list[str] | None = None) -> int:
             from bench import running
 
             emit(running.RUNNING_CASES[case](args))
+        elif case in LIFECYCLE_CASES:
+            from bench import lifecycle
+
+            emit(lifecycle.LIFECYCLE_CASES[case](args))
     log(f"done in {time.monotonic() - t0:.1f}s" + (f"; results in {out_path}" if out_path else ""))
     return 1 if failed else 0
 
