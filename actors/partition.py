@@ -21,6 +21,9 @@ out: a topic deleted, or a shard stopped, while one runs closes the log when it 
 Reads never wait on the disk (storage/page_cache.py): the log is read with `nowait`, and a
 read that would touch a page not in memory is answered later, after the shard's read pool
 has read that range in; every other partition and connection of the shard goes on meanwhile.
+
+What moves the log's start (retention, DeleteRecords) and compaction live in
+actors/log_lifecycle.py, which the partition drives from a timer and its messages.
 """
 
 from __future__ import annotations

@@ -269,7 +269,7 @@ def run_compaction(args: argparse.Namespace) -> dict[str, Any]:
             lines = cleaner_lines(broker)
             read_mb, clean_s = sum(mb for mb, _ in lines), sum(s for _, s in lines)
             res["cleans"] = len(lines)
-            res["cleans_during_cleaning_phase"] = cleans_during
+            res["cleans_finished_by_end_of_cleaning_phase"] = cleans_during
             res["cleaner_mb_read"] = round(read_mb, 1)
             res["cleaner_seconds"] = round(clean_s, 2)
             res["cleaner_mb_per_s"] = round(read_mb / clean_s, 1) if clean_s else None
