@@ -128,6 +128,10 @@ class LogLifecycle:
             return 0
         removed = log_.remove_head(count)
         self.segments_removed += count
+        metrics = p.services.metrics
+        if metrics is not None:
+            metrics.lifecycle.segments_removed += count
+            metrics.lifecycle.bytes_removed += sum(s.size for s in removed)
         log.info("%s: removing %d segment(s) up to offset %d (%s); log start now %d",
                  p, count, removed[-1].next_offset, _REASONS[reason], log_.log_start_offset)
         p.log_start_moved()
@@ -232,6 +236,13 @@ class LogLifecycle:
         log_.replace_segments(result.old_segments, result.new_segments)
         self.close_retired()
         self.cleans += 1
+        metrics = p.services.metrics
+        if metrics is not None:  # every pass reads; only some replace segments
+            counts = metrics.lifecycle
+            counts.cleans += 1 if result.old_segments else 0
+            counts.clean_bytes_read += result.bytes_read
+            counts.clean_bytes_written += result.bytes_written
+            counts.clean_records_removed += result.records_removed
         self._horizon_ms = result.delete_horizon_ms
         if result.error is not None:
             log.warning("%s: compaction stopped early: %r", p, result.error)

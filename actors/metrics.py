@@ -23,6 +23,7 @@ from typing import Any
 __all__ = [
     "FLUSH_BYTES_BUCKETS",
     "Histogram",
+    "LifecycleCounts",
     "LATENCY_BUCKETS_S",
     "PartitionStats",
     "ShardMetrics",
@@ -70,6 +71,24 @@ class PartitionStats:
         self.fetched_records = 0
 
 
+class LifecycleCounts:
+    """What retention and compaction did on this shard, since it started."""
+
+    __slots__ = ("segments_removed", "bytes_removed", "cleans", "clean_bytes_read",
+                 "clean_bytes_written", "clean_records_removed")
+
+    def __init__(self) -> None:
+        self.segments_removed = 0  # by retention, or below a DeleteRecords start
+        self.bytes_removed = 0
+        self.cleans = 0  # compactions that replaced segments
+        self.clean_bytes_read = 0
+        self.clean_bytes_written = 0
+        self.clean_records_removed = 0
+
+    def snapshot(self) -> dict[str, int]:
+        return {name: getattr(self, name) for name in self.__slots__}
+
+
 class ShardMetrics:
     """Every metric one shard records. Loop thread only."""
 
@@ -81,6 +100,7 @@ class ShardMetrics:
         self.connections = 0
         self.connections_accepted = 0
         self.cold_reads = 0  # reads that missed the page cache and were warmed first
+        self.lifecycle = LifecycleCounts()  # retention and compaction (actors/log_lifecycle.py)
         self._collectors: dict[str, Callable[[], Any]] = {}
 
     def request(self, api_key: int, seconds: float) -> None:
@@ -119,5 +139,6 @@ class ShardMetrics:
             "connections": self.connections,
             "connections_accepted": self.connections_accepted,
             "cold_reads": self.cold_reads,
+            "lifecycle": self.lifecycle.snapshot(),
             **{name: collect() for name, collect in self._collectors.items()},
         }

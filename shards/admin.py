@@ -251,6 +251,13 @@ class _Collector:
         for key, (name, help_text) in gauges.items():
             yield _gauge_with(name, help_text, shard_labels,
                               [([str(i)], s[key]) for i, s in live])
+        start = GaugeMetricFamily("krill_partition_log_start_offset",
+                                  "The partition's first offset (retention, DeleteRecords)",
+                                  labels=["topic", "partition", "shard"])
+        for i, s in live:
+            for topic, index, _, log_start in s["partitions"]:
+                start.add_metric([topic, str(index), str(i)], log_start)
+        yield start
         yield _counter_with("krill_kafka_connections_refused", "Connections refused over "
                             "kafka_connections_max", shard_labels,
                             [([str(i)], s["connections_refused"]) for i, s in live])
@@ -307,6 +314,23 @@ def _recorded(recorded: list[tuple[str, dict[str, Any]]]) -> Iterator[Metric]:
     yield _counter_with("krill_storage_cold_reads", "Reads that missed the page cache and "
                         "were read in on the I/O pool first", ["shard"],
                         [([s], m["cold_reads"]) for s, m in recorded])
+    for key, name, help_text in _LIFECYCLE_COUNTERS:
+        yield _counter_with(name, help_text, ["shard"],
+                            [([s], m["lifecycle"][key]) for s, m in recorded])
+
+
+_LIFECYCLE_COUNTERS = (
+    ("segments_removed", "krill_storage_segments_removed",
+     "Segments retention (or a DeleteRecords start) removed"),
+    ("bytes_removed", "krill_storage_removed_bytes", "Bytes of the segments removed"),
+    ("cleans", "krill_storage_compactions", "Compactions that replaced segments"),
+    ("clean_bytes_read", "krill_storage_compaction_read_bytes",
+     "Bytes compaction read (every pass, those that changed nothing too)"),
+    ("clean_bytes_written", "krill_storage_compaction_written_bytes",
+     "Bytes compaction wrote"),
+    ("clean_records_removed", "krill_storage_compaction_removed_records",
+     "Records compaction removed"),
+)
 
 
 def _group_metrics(

@@ -99,6 +99,13 @@ def test_latest_value_per_key_and_offsets_unchanged(node: BrokerProcess) -> None
         # Every record left is its key's latest, at the offset it was written at.
         assert latest[key] == (offset, value)
     assert {key for _, key, _ in got} == set(latest) | {b"roll"}
+    samples = node.metrics()  # per shard: summed
+
+    def total(name: str) -> float:
+        return sum(value for (n, _), value in samples.items() if n == name)
+
+    assert total("krill_storage_compactions_total") >= 1
+    assert total("krill_storage_compaction_removed_records_total") >= 7900
 
 
 def test_tombstones_stay_delete_retention_ms_then_go(node: BrokerProcess) -> None:

@@ -107,6 +107,13 @@ def test_retention_bytes_keeps_the_newest_segments(node: BrokerProcess) -> None:
         # A consumer whose position was deleted under it starts over at the log start.
         assert read_from(node, "by-size", partition, 0, reset="earliest") == [low]
         assert read_from(node, "by-size", partition, 0, reset="latest") == []
+    samples = node.metrics()
+    starts = {dict(labels)["partition"]: value for (name, labels), value in samples.items()
+              if name == "krill_partition_log_start_offset" and dict(labels)["topic"] == "by-size"}
+    assert starts == {str(p): watermarks(node, "by-size", p)[0] for p in (0, 1)}
+    removed = sum(value for (name, _), value in samples.items()
+                  if name == "krill_storage_segments_removed_total")
+    assert removed >= 2  # at least one segment of each partition
 
 
 def test_retention_ms_by_largest_timestamp(node: BrokerProcess) -> None:
