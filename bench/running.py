@@ -38,6 +38,7 @@ from typing import Any
 
 from bench import ceilings as ceil
 from bench.broker import Broker, log, tree_cpu_seconds, tree_open_fds, tree_rss_mib
+from bench.lifecycle import create
 from bench.run import (
     CaseError,
     case_failed,
@@ -62,7 +63,11 @@ COLD_RATE, COLD_READ_MB_PER_S = 20_000, 100
 # The soak's records are small: it looks for what clients' requests leave behind, and the
 # log's own growth (indexes ~0.5% of the bytes stored, 3 fds a segment, both bounded only by
 # retention) would hide it; at 2,000 x 16 B a second that is ~0.2 MiB per 10 minutes.
-SOAK_RATE, SOAK_VALUE_BYTES = 2000, 16
+SOAK_RATE, SOAK_VALUE_BYTES = 2000, 1024
+# The soak topic keeps 4 MiB a partition in 1 MiB segments (retention looking every second):
+# the log's own size, its indexes and fds stay flat, so any growth left is the node's.
+SOAK_TOPIC_CONFIGS = {"retention.bytes": str(4 * 1024 * 1024), "segment.bytes": str(1024 * 1024),
+                      "file.delete.delay.ms": "1000"}
 
 
 def _metric(broker: Broker, name: str, **labels: str) -> float:
@@ -424,14 +429,15 @@ def run_soak(args: argparse.Namespace) -> dict[str, Any]:
     warmup_s = 30.0 if args.quick else 120.0
     res.update({"minutes": minutes, "warmup_s": warmup_s, "shards": 2,
                 "producer_rate": SOAK_RATE, "value_bytes": SOAK_VALUE_BYTES,
+                "topic_configs": SOAK_TOPIC_CONFIGS,
                 "target_slope_per_10_min": TARGET_SLOPE_PER_10_MIN})
     stop = threading.Event()
     samples: list[dict[str, Any]] = []
     try:
-        with Broker(smp=2, krill=args.krill, data_root=args.data_root,
-                    keep=args.keep) as broker:
+        with Broker(smp=2, krill=args.krill, data_root=args.data_root, keep=args.keep,
+                    extra_args=("--log-cleanup-interval-ms", "1000")) as broker:
             check = liveness(broker)
-            create_topic(broker.bootstrap, "soak", 6)
+            create(broker.bootstrap, "soak", SOAK_TOPIC_CONFIGS, partitions=6)
             create_topic(broker.bootstrap, "quiet", IDLE_PARTITIONS)
             producer = _SteadyProducer(broker.bootstrap, "soak", SOAK_RATE, stop)
             readers = [Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "readers",
