@@ -135,6 +135,7 @@ class LogLifecycle:
         log.info("%s: removing %d segment(s) up to offset %d (%s); log start now %d",
                  p, count, removed[-1].next_offset, _REASONS[reason], log_.log_start_offset)
         p.log_start_moved()
+        p.services.segments_removed([str(s.log_path) for s in removed])
         self._dispose(removed, settings.file_delete_delay_ms)
         return count
 
@@ -234,6 +235,7 @@ class LogLifecycle:
                 segment.close()
             return
         log_.replace_segments(result.old_segments, result.new_segments)
+        p.services.segments_removed([str(s.log_path) for s in result.old_segments])
         self.close_retired()
         self.cleans += 1
         metrics = p.services.metrics

@@ -144,6 +144,11 @@ class Services(Protocol):
         the page cache): they never hold up an fdatasync behind them."""
         ...
 
+    def segments_removed(self, paths: list[str]) -> None:
+        """Segment files a partition of this shard took out of its log (retention,
+        compaction): other shards drop the fds they keep open for them."""
+        ...
+
     def clean_blocking(
         self, fn: Callable[[], Any], done: Callable[[Any, BaseException | None], None]
     ) -> None:

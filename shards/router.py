@@ -98,6 +98,7 @@ class Router:
             "alter_configs": self._serve_controller,
             "producer_id": self._serve_controller,
             "topics": self._serve_topics,
+            "forget_segments": self._serve_forget_segments,
             "batch": self._serve_batch,
             "group": self._serve_group,
         }
@@ -502,6 +503,19 @@ class Router:
         if len(self._segments) > limits.remote_segment_fds_max:
             self._segments.popitem(last=False)
         return file
+
+    def broadcast_removed_segments(self, paths: list[str]) -> None:
+        """Segment files this shard removed (retention, compaction): every other shard lets
+        go of its cached fd for them now, so their disk space is freed when the owner
+        deletes them, not when the cache would have evicted them (up to
+        `remote_segment_fds_max` segments' worth)."""
+        for target in range(self._shard.shards):
+            if target != self._shard.shard_id:
+                self.call(target, {"t": "forget_segments", "paths": paths}, [], None)
+
+    def _serve_forget_segments(self, _source: int, h: dict[str, Any], _f: list[Any]) -> None:
+        for path in h["paths"]:
+            self._segments.pop(path, None)
 
     def forget_segments(self, prefix: str) -> None:
         """Let go of cached files under `prefix` (a deleted topic's partition directory)."""

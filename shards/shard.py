@@ -222,6 +222,10 @@ class Shard:
     ) -> None:
         self._read_io.run(fn, done)
 
+    def segments_removed(self, paths: list[str]) -> None:
+        if self._router is not None:
+            self._router.broadcast_removed_segments(paths)
+
     def clean_blocking(
         self, fn: Callable[[], Any], done: Callable[[Any, BaseException | None], None]
     ) -> None:

@@ -49,6 +49,10 @@ class HeldServices:
         self.held.append(run)
 
     read_blocking = run_blocking  # one held list: the tests release in order
+    clean_blocking = run_blocking
+
+    def segments_removed(self, paths: list[str]) -> None:
+        pass  # no other shards here
 
     def release(self) -> None:
         held, self.held = self.held, []

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
 from kafka import KafkaAdminClient
 from kafka import TopicPartition as KafkaPythonPartition
 from kafka.errors import PolicyViolationError
@@ -114,6 +115,42 @@ def test_retention_bytes_keeps_the_newest_segments(node: BrokerProcess) -> None:
     removed = sum(value for (name, _), value in samples.items()
                   if name == "krill_storage_segments_removed_total")
     assert removed >= 2  # at least one segment of each partition
+
+
+def deleted_files_open(broker: BrokerProcess, topic: str) -> list[str]:
+    """Files of `topic` that some shard process still holds open though they were deleted."""
+    held = []
+    for pid in broker.shard_pids():
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            try:
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            except FileNotFoundError:
+                continue
+            if f"/{topic}-" in target and target.endswith("(deleted)"):
+                held.append(target)
+    return held
+
+
+def test_removed_segments_are_let_go_by_every_shard(node: BrokerProcess) -> None:
+    # Both partitions read in full first: one is another shard's, whose files the reading
+    # connection's shard keeps open for sendfile. Retention then removes most of them: no
+    # shard may keep a removed file open (its disk space would stay taken).
+    create_topic(node, "let-go", 2, **{"segment.bytes": str(1024 * 1024),
+                                        "file.delete.delay.ms": "0"})
+    for partition in (0, 1):
+        produce(node, "let-go", partition, 4000)
+        assert read_from(node, "let-go", partition, 0, expect=4000) == list(range(4000))
+    admin = admin_client(node)
+    resource = ConfigResource(ConfigResource.Type.TOPIC, "let-go", incremental_configs=[
+        ConfigEntry("retention.bytes", str(1024 * 1024),
+                    incremental_operation=AlterConfigOpType.SET)])
+    for future in admin.incremental_alter_configs([resource]).values():
+        future.result(15)
+    for partition in (0, 1):
+        wait_for(lambda p=partition: watermarks(node, "let-go", p)[0] > 0, 15,
+                 f"retention moved partition {partition}'s start")
+    wait_for(lambda: not deleted_files_open(node, "let-go"), 15,
+             "every shard let go of the removed segment files")
 
 
 def test_retention_ms_by_largest_timestamp(node: BrokerProcess) -> None:
