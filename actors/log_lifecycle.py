@@ -57,7 +57,9 @@ class LogLifecycle:
     def __init__(self, partition: Partition) -> None:
         self._partition = partition
         self._timer: Any = None
-        self._disposals: set[Any] = set()  # timers of removed segments awaiting their delay
+        # Removed segments awaiting file.delete.delay.ms: timer -> the job that deletes them.
+        self._disposals: dict[Any, Callable[[], None]] = {}
+        self._stopped = False
         self._writing = False  # a log-start checkpoint write is out
         self._waiting: list[DeleteRecordsReply] = []  # DeleteRecords for the next write
         self.segments_removed = 0  # for PartitionInfo and tests
@@ -72,16 +74,18 @@ class LogLifecycle:
         self._schedule(random.uniform(0, interval_s))
 
     def stop(self) -> None:
-        """The partition stops: timers go. Removed segments still waiting for their delay
-        stay as `.deleted` files, which the next start-up (or the topic's trash) removes."""
+        """The partition stops: timers go; removed segments still waiting for their delay
+        are deleted and closed now (their fds would outlive the partition otherwise)."""
+        self._stopped = True
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
         if self._cleaning is not None:
             self._cleaning.set()  # the clean ends at its next read; its files stay whole
-        for timer in self._disposals:
+        disposals, self._disposals = self._disposals, {}
+        for timer, delete_now in disposals.items():
             timer.cancel()
-        self._disposals.clear()
+            delete_now()
         waiting, self._waiting = self._waiting, []
         for reply in waiting:
             reply((ErrorCode.NOT_LEADER_OR_FOLLOWER, -1))
@@ -151,17 +155,23 @@ class LogLifecycle:
                 segment.delete_marked()
                 segment.close()
 
+        def delete_now() -> None:
+            services.read_blocking(delete, deleted)
+
         def marked(_result: Any, error: BaseException | None) -> None:
             if error is not None:
                 log.error("%s: marking removed segments failed: %r", self._partition, error)
+            if self._stopped:
+                delete_now()
+                return
             timer: Any = None
 
             def fire() -> None:
-                self._disposals.discard(timer)
-                services.read_blocking(delete, deleted)
+                self._disposals.pop(timer, None)
+                delete_now()
 
             timer = self._partition.call_later(delay_ms / 1000, fire)
-            self._disposals.add(timer)
+            self._disposals[timer] = delete_now
 
         def deleted(_result: Any, error: BaseException | None) -> None:
             if error is not None:

@@ -129,3 +129,36 @@ def test_stop_while_a_flush_runs_closes_the_log_when_it_returns(
     again.tell(PartitionInfo(infos.append))
     settle(loop, lambda: bool(infos))
     assert infos[0]["next_offset"] == 1 and infos[0]["high_watermark"] == 1
+
+
+def test_delete_while_removed_segments_wait_their_delay_closes_them(
+    loop: asyncio.AbstractEventLoop, tmp_path: Path
+) -> None:
+    services = HeldServices(tmp_path)
+    services.settings = BrokerSettings(0, "127.0.0.1", 9092, str(tmp_path), "cluster",
+                                       log_cleanup_interval_ms=20)
+    directory = tmp_path / "t-0"
+    settings = TopicSettings(segment_bytes=200, segment_ms=1 << 40, max_message_bytes=1 << 20,
+                             log_append_time=False, write_caching=False, retention_bytes=100,
+                             file_delete_delay_ms=60_000)
+    ref = Partition.start("t", 0, directory, settings, services)
+    answers: list[ProduceResult] = []
+    for _ in range(8):
+        produce(ref, answers)
+    for _ in range(20):  # flushes, then retention's renames, one held job at a time
+        settle(loop, lambda: bool(services.held))
+        services.release()
+        if any(name.endswith(".deleted") for name in os.listdir(directory)):
+            break
+    assert [a.error for a in answers] == [ErrorCode.NONE] * 8
+    assert any(name.endswith(".log.deleted") for name in os.listdir(directory))
+    # The topic goes while the removed segments wait out file.delete.delay.ms (60 s).
+    trash = tmp_path / "t-0.x-delete"
+    os.rename(directory, trash)
+    ref.tell(Delete(trash))
+    for _ in range(5):
+        settle(loop, lambda: bool(services.held) or not ref.is_alive())
+        services.release()
+    settle(loop, lambda: not ref.is_alive())
+    services.release()
+    assert not any(str(trash) in path for path in open_fds())
