@@ -35,6 +35,7 @@ __all__ = [
     "ResourceResult",
     "Synonym",
     "alter_resources",
+    "alter_responder",
     "broker_entries",
     "config_entries",
     "RESOURCE_TOPIC",
@@ -150,6 +151,22 @@ _BROKER_REFUSED = (
     "dynamic broker configs are not supported: set the node's configuration "
     "(krill start --config FILE, flags or KRILL_* variables) and restart it"
 )
+
+
+def alter_responder(
+    ctx: Any, response: Any, entry: Any
+) -> Callable[[list[ResourceResult]], None]:
+    """`done` for alter_resources: answer with `response` of `entry`s, the same shape in
+    AlterConfigs and IncrementalAlterConfigs (two generated classes)."""
+
+    def done(results: list[ResourceResult]) -> None:
+        ctx.respond(response(throttle_time_ms=0, responses=[
+            entry(error_code=r.error, error_message=r.message, resource_type=r.resource_type,
+                  resource_name=r.name)
+            for r in results
+        ]))
+
+    return done
 
 
 def alter_resources(

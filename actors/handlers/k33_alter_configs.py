@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from actors.handlers.configs import ResourceResult, alter_resources
+from actors.handlers.configs import alter_resources, alter_responder
 from actors.topic_config import OP_SET, Operation
 from wire.messages.alter_configs import AlterConfigsRequest, AlterConfigsResponse
 
@@ -31,20 +31,5 @@ def handle(ctx: Any, request: AlterConfigsRequest) -> None:
         for r in request.resources
     ]
 
-    def done(results: list[ResourceResult]) -> None:
-        ctx.respond(
-            AlterConfigsResponse(
-                throttle_time_ms=0,
-                responses=[
-                    AlterConfigsResourceResponse(
-                        error_code=r.error,
-                        error_message=r.message,
-                        resource_type=r.resource_type,
-                        resource_name=r.name,
-                    )
-                    for r in results
-                ],
-            )
-        )
-
-    alter_resources(ctx, resources, True, request.validate_only, done)
+    alter_resources(ctx, resources, True, request.validate_only,
+                    alter_responder(ctx, AlterConfigsResponse, AlterConfigsResourceResponse))

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from actors.handlers.configs import ResourceResult, alter_resources
+from actors.handlers.configs import alter_resources, alter_responder
 from actors.topic_config import Operation
 from wire.messages.incremental_alter_configs import (
     IncrementalAlterConfigsRequest,
@@ -40,20 +40,5 @@ def handle(ctx: Any, request: IncrementalAlterConfigsRequest) -> None:
         for r in request.resources
     ]
 
-    def done(results: list[ResourceResult]) -> None:
-        ctx.respond(
-            IncrementalAlterConfigsResponse(
-                throttle_time_ms=0,
-                responses=[
-                    AlterConfigsResourceResponse(
-                        error_code=r.error,
-                        error_message=r.message,
-                        resource_type=r.resource_type,
-                        resource_name=r.name,
-                    )
-                    for r in results
-                ],
-            )
-        )
-
-    alter_resources(ctx, resources, False, request.validate_only, done)
+    respond = alter_responder(ctx, IncrementalAlterConfigsResponse, AlterConfigsResourceResponse)
+    alter_resources(ctx, resources, False, request.validate_only, respond)

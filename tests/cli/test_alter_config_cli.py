@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from collections.abc import Iterator
 
 import pytest
 
-from tests.support.broker import REPO, BrokerProcess
+from tests.support.broker import BrokerProcess, krill_client
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -25,14 +24,7 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
         broker.kill9() if broker.alive() else broker.stop()
 
 
-def krill(broker: BrokerProcess, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "shards.cli", *args, "-b", broker.bootstrap],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        timeout=60,
-    )
+krill = krill_client
 
 
 def one_error_line(result: subprocess.CompletedProcess[str], code: int) -> str:

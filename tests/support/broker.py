@@ -68,6 +68,17 @@ def krill_start_refused(
     return process.returncode, stderr, time.monotonic() - started
 
 
+_CLI_TIMEOUT_S = 60.0  # one `krill ...` client command
+
+
+def krill_client(broker: BrokerProcess, *args: str) -> subprocess.CompletedProcess[str]:
+    """Run `krill ARGS -b <broker>` as a user would; its exit code and output."""
+    return subprocess.run(
+        [sys.executable, "-m", "shards.cli", *args, "-b", broker.bootstrap],
+        capture_output=True, text=True, cwd=REPO, timeout=_CLI_TIMEOUT_S,
+    )
+
+
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
