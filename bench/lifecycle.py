@@ -287,7 +287,10 @@ def run_compaction(args: argparse.Namespace) -> dict[str, Any]:
             fraction = res["disk_mib_after"] / res["disk_mib_before"]
             res["disk_fraction_left"] = round(fraction, 4)
             res["met"] = {
-                "disk_fraction_le_0_1": fraction <= TARGET_COMPACTED_FRACTION,
+                # 30 MB with --quick: the active 8 MiB segment, never cleaned, is most of
+                # what is left, so only a full run judges the fraction.
+                "disk_fraction_le_0_1": None if args.quick
+                else fraction <= TARGET_COMPACTED_FRACTION,
                 "p99_ratio_le_1_5": None if args.quick
                 else res["p99_cleaning_over_idle"] <= TARGET_CLEANING_P99_RATIO,
             }
