@@ -38,7 +38,7 @@ bench-quick: setup
 
 lint: setup
 	$(VENV)/bin/ruff check .
-	$(VENV)/bin/mypy wire storage actors shards
+	$(VENV)/bin/mypy wire storage actors shards scenarios
 
 generate: setup
 	$(PY) -m wire.codegen.generate
