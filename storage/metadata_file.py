@@ -11,22 +11,23 @@ import os
 from pathlib import Path
 from typing import Any
 
-__all__ = ["write_json_atomic", "write_atomic_at", "read_json"]
+__all__ = ["fsync_directory", "write_json_atomic", "write_atomic_at", "read_json"]
 
 
 def write_json_atomic(path: str | Path, value: Any) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    temp = path.with_name(path.name + ".tmp")
     data = json.dumps(value, indent=1, sort_keys=True).encode()
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(temp, path)
     dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        write_atomic_at(dir_fd, path.name, data)
+    finally:
+        os.close(dir_fd)
+
+
+def fsync_directory(directory: str | Path) -> None:
+    """Make the names created, renamed or removed in `directory` durable."""
+    dir_fd = os.open(directory, os.O_RDONLY)
     try:
         os.fsync(dir_fd)
     finally:

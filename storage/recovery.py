@@ -21,6 +21,7 @@ from pathlib import Path
 import crc32c
 
 from storage import limits
+from storage.metadata_file import fsync_directory
 from storage.segment import DELETED_SUFFIX, BatchInfo, Segment
 from storage.segment_swap import complete_swaps
 from wire.errors import DecodeError
@@ -179,8 +180,4 @@ def _drop(directory: Path, segments: list[Segment]) -> None:
         segment.delete()
         segment.close()
     if segments:
-        dir_fd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        fsync_directory(directory)

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from storage import limits
 from storage.index import OffsetIndex, TimeIndex
+from storage.metadata_file import fsync_directory
 from storage.segment import Segment, segment_path
 from wire.errors import DecodeError
 from wire.record_batch import HEADER_BYTES, read_header
@@ -228,11 +229,7 @@ def complete_swaps(directory: Path) -> None:
             (directory / name).unlink()
             changed = True
     if changed:
-        dir_fd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        fsync_directory(directory)
 
 
 def _end_offset(path: Path, base: int) -> int:
