@@ -13,7 +13,7 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import NoReturn
 
 from shards.cli_client import CLIENT_FLAGS_GIVEN, admin_argument, brokers_argument
@@ -40,7 +40,11 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{message} (see '{self.prog} --help')".replace("\n", " "))
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(
+    more_commands: Callable[[argparse._SubParsersAction], None] | None = None,
+) -> argparse.ArgumentParser:
+    """The whole command line; `more_commands` adds those of a layer above shards (the
+    `krill` script is `scenarios.cli:main`, which adds `scenario` and `bench`)."""
     parser = _Parser(prog=PROG, description="Krill: a Kafka-API streaming broker.")
     brokers_argument(parser, root=True)  # client commands' -b, wherever it is on the line
     admin_argument(parser, root=True)
@@ -81,11 +85,18 @@ def build_parser() -> argparse.ArgumentParser:
                        help="retention.bytes of topics that set none (default -1: no limit)")
     start.add_argument("--log-cleanup-interval-ms", type=int, metavar="MS",
                        help="how often retention and compaction look (default 10000)")
+    start.add_argument("--storage-min-free-bytes", type=int, metavar="BYTES",
+                       help="refuse produces while the data disk has less free than this "
+                            "(default 1 GiB; 0: no guard)")
+    start.add_argument("--enable-failure-injection", action="store_const", const=True,
+                       help="allow the admin API's /v1/failure-probes (tests, scenarios)")
     start.set_defaults(func=start_command)
 
     add_topic_commands(commands)
     add_group_commands(commands)
     add_cluster_commands(commands)
+    if more_commands is not None:
+        more_commands(commands)
     return parser
 
 
@@ -114,8 +125,11 @@ def _fail(message: str, code: int) -> int:
     return code
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+def main(
+    argv: Sequence[str] | None = None,
+    more_commands: Callable[[argparse._SubParsersAction], None] | None = None,
+) -> int:
+    parser = build_parser(more_commands)
     try:
         args = parser.parse_args(argv)
         return int(args.func(args))

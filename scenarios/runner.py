@@ -1,0 +1,633 @@
+"""Run a real-mode scenario: nodes, clients, the nemesis, then the checker and the report.
+
+    run(scenario, out) -> report dict
+
+1. The nodes start (scenarios/cluster.py) and the topics are made.
+2. The client workers start (scenarios/worker.py): consumers first, so they are in their
+   groups before the first record; then producers at the workload's rate. With
+   `consumerBacklogSizeGB` the consumers wait, paused, until that much is written (OMB).
+3. The nemesis runs the steps in order on its own thread: each waits for its time (`at`) or
+   condition (`after`), does its fault, and the fault is undone `for` a time later, by a later
+   `undo` step, or when the workload ends. Every fault is a window in the history.
+4. When the workload ends, the producers stop and wait for what is in flight, the runner
+   reads every partition's end offset, and the consumers read up to it (bounded), so an
+   acknowledged write nobody read is a lost write, not a slow consumer.
+5. The history (`history.jsonl`) is checked (scenarios/checker.py) and the report written:
+   `report.json`, `timeline.png`, and a verdict table on stdout.
+
+The nemesis only ever acts through what a user or an operator has: signals to processes,
+the admin API's failure probes, a filesystem of a given size, Kafka admin requests.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import heapq
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import msgpack
+
+from scenarios import limits
+from scenarios.checker import check
+from scenarios.cluster import REPO, ClusterError, Node
+from scenarios.history import Op, write_history
+from scenarios.spec import Scenario, Step, seconds, size_bytes
+
+__all__ = ["RunError", "build_history", "run"]
+
+OUTCOMES = ("ok", "failed", "unknown")
+FLOOD_TOPIC = "scenario-flood"
+WARMUP_TOPIC = "scenario-warmup"  # each producer's first record (its producer id) goes here
+PROBES = "/v1/failure-probes"
+# The guard's threshold a `disk_full` fills past when the scenario sets none (bytes left).
+DISK_FULL_LEAVE_BYTES = 1 << 20
+
+
+class RunError(RuntimeError):
+    """A run that could not be carried out (not a failed check): one line."""
+
+
+class Worker:
+    """One client process: commands in on stdin, stats lines out on stdout."""
+
+    def __init__(self, role: str, config: dict[str, Any], out: Path,
+                 on_stats: Callable[[str, dict[str, Any]], None]) -> None:
+        self.role = role
+        path = out / f"worker-{role}.json"
+        config = {**config, "role": role, "history": str(out / f"history-{role}.msgpack")}
+        path.write_text(json.dumps(config))
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "scenarios.worker", str(path)], cwd=REPO,
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=open(out / f"worker-{role}.log", "ab"), text=True, bufsize=1)
+        self.ready = threading.Event()
+        self.done: dict[str, Any] | None = None
+        self._on_stats = on_stats
+        threading.Thread(target=self._read, daemon=True).start()
+        if not self.ready.wait(limits.worker_ready_timeout_s):
+            self.kill()
+            raise RunError(f"the {role} worker did not start; see {out}/worker-{role}.log")
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            try:
+                stats = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if stats.get("ready"):
+                self.ready.set()
+            elif stats.get("done"):
+                self.done = stats
+            else:
+                self._on_stats(self.role, stats)
+        self.ready.set()
+
+    def command(self, line: str) -> None:
+        assert self.process.stdin is not None
+        try:
+            self.process.stdin.write(line + "\n")
+            self.process.stdin.flush()
+        except (BrokenPipeError, ValueError):
+            pass
+
+    def wait(self, timeout_s: float) -> bool:
+        try:
+            self.process.wait(timeout=timeout_s)
+            return True
+        except subprocess.TimeoutExpired:
+            self.kill()
+            return False
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+
+
+class _Live:
+    """What the progress line shows: the workers' last second, summed."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.acked_total = 0
+        self.last: dict[str, dict[str, Any]] = {}
+
+    def on_stats(self, role: str, stats: dict[str, Any]) -> None:
+        with self.lock:
+            self.last[role] = stats
+            if role == "producers":
+                self.acked_total += stats.get("acked", 0)
+
+
+class Run:
+    def __init__(self, scenario: Scenario, out: Path, quiet: bool) -> None:
+        self.s = scenario
+        self.out = out
+        self.quiet = quiet
+        self.nodes: list[Node] = []
+        self.workers: dict[str, Worker] = {}
+        self.live = _Live()
+        self.faults: list[dict[str, Any]] = []  # name, start_ns, end_ns (None while on)
+        self.undo: dict[int, Callable[[], None]] = {}  # step index -> undo, while on
+        self.step_log: list[dict[str, Any]] = []
+        self.start_ns = 0
+        self.rng = random.Random(scenario.seed)
+        self.errors: list[str] = []
+        self.backlog_pending = scenario.workload.consumer_backlog_bytes > 0
+
+    # --- the cluster --------------------------------------------------------------------
+
+    def settings(self) -> dict[str, Any]:
+        settings = dict(self.s.settings)
+        if any(step.action in ("slow_disk", "fsync_error") for step in self.s.steps):
+            settings.setdefault("enable_failure_injection", True)
+        return settings
+
+    def start_cluster(self) -> None:
+        work = self.out / "data"
+        if work.exists():
+            shutil.rmtree(work)
+        for node_id in range(self.s.nodes):
+            node = Node(node_id, self.out, self.s.shards, self.settings(), self.s.disk_size)
+            self.nodes.append(node)
+            node.start()
+        warmup = {"name": WARMUP_TOPIC, "partitions": 1, "config": {}}
+        self.admin_client().create_topics(self._new_topics([*self.s.topics, warmup]))
+
+    def bootstrap(self) -> str:
+        return ",".join(n.bootstrap for n in self.nodes)
+
+    def admin_client(self) -> Any:
+        from confluent_kafka.admin import AdminClient
+
+        return _Admin(AdminClient({"bootstrap.servers": self.bootstrap()}))
+
+    def _new_topics(self, topics: list[dict[str, Any]]) -> list[Any]:
+        from confluent_kafka.admin import NewTopic
+
+        return [NewTopic(t["name"], t["partitions"], 1, config=t["config"]) for t in topics]
+
+    # --- the workload -------------------------------------------------------------------
+
+    def worker_config(self) -> dict[str, Any]:
+        w = self.s.workload
+        payload = w.payload or random.Random(self.s.seed).randbytes(w.message_size)
+        return {"bootstrap": self.bootstrap(), "client": w.client, "seed": self.s.seed,
+                "producer_config": w.producer_config, "consumer_config": w.consumer_config,
+                "payload_hex": payload.hex(), "key_distributor": w.key_distributor,
+                "finish_timeout_s": limits.finish_timeout_s, "warmup_topic": WARMUP_TOPIC,
+                "drain_timeout_s": limits.drain_timeout_s}
+
+    def start_workers(self) -> None:
+        w, base = self.s.workload, self.worker_config()
+        subscriptions = {f"sub-{i}": self.s.workload_topics
+                         for i in range(w.subscriptions_per_topic)}
+        consumers = [(f"c{i * w.consumer_per_subscription + j}", group, topics)
+                     for i, (group, topics) in enumerate(subscriptions.items())
+                     for j in range(w.consumer_per_subscription)]
+        if consumers:
+            self.workers["consumers"] = Worker(
+                "consumers", {**base, "consumers": consumers, "subscriptions": subscriptions},
+                self.out, self.live.on_stats)
+            if w.consumer_backlog_bytes:
+                self.workers["consumers"].command("pause all")
+        producers = [(f"p{i}", topic) for topic in self.s.workload_topics
+                     for i in range(w.producers_per_topic)]
+        producers = [(f"p{i}", topic) for i, (_, topic) in enumerate(producers)]
+        if producers:
+            self.workers["producers"] = Worker(
+                "producers", {**base, "producers": producers, "rate": w.producer_rate},
+                self.out, self.live.on_stats)
+
+    def end_offsets(self) -> list[tuple[str, int, int]]:
+        from confluent_kafka import Consumer, TopicPartition
+
+        consumer = Consumer({"bootstrap.servers": self.bootstrap(), "group.id": "scenario-ends"})
+        try:
+            metadata = consumer.list_topics(timeout=10)
+            out = []
+            for name in self.s.workload_topics:
+                topic = metadata.topics.get(name)
+                if topic is None or topic.error is not None:
+                    continue
+                for p in topic.partitions:
+                    _, high = consumer.get_watermark_offsets(TopicPartition(name, p), timeout=10)
+                    out.append((name, p, high))
+            return out
+        finally:
+            consumer.close()
+
+    # --- the nemesis ----------------------------------------------------------------------
+
+    def elapsed_s(self) -> float:
+        return (time.monotonic_ns() - self.start_ns) / 1e9
+
+    def nemesis(self, stop: threading.Event) -> None:
+        timers: list[tuple[float, int]] = []  # (time, step index) of `for` undos
+        previous_done = 0.0
+        for step in self.s.steps:
+            while not stop.is_set():
+                self._due_undos(timers)
+                if self._ready(step, previous_done):
+                    break
+                stop.wait(limits.condition_poll_s)
+            if stop.is_set():
+                return
+            try:
+                self.do(step)
+            except (ClusterError, RunError, OSError) as e:
+                self.errors.append(f"step {step.index} ({step.name}): {e}")
+                self.step_log.append({"step": step.index, "name": step.name,
+                                      "at_s": round(self.elapsed_s(), 3), "error": str(e)})
+                continue
+            previous_done = self.elapsed_s()
+            if step.for_s is not None:
+                heapq.heappush(timers, (previous_done + step.for_s, step.index))
+        while not stop.is_set() and timers:
+            self._due_undos(timers)
+            stop.wait(limits.condition_poll_s)
+
+    def _due_undos(self, timers: list[tuple[float, int]]) -> None:
+        while timers and timers[0][0] <= self.elapsed_s():
+            _, index = heapq.heappop(timers)
+            self.undo_step(index)
+
+    def _ready(self, step: Step, previous_done: float) -> bool:
+        if step.at_s is not None:
+            return self.elapsed_s() >= step.at_s
+        after = step.after or {}
+        if "previous" in after and self.elapsed_s() < previous_done + seconds(after["previous"]):
+            return False
+        if "acked" in after and self.live.acked_total < after["acked"]:
+            return False
+        if after.get("recovered"):
+            ended = [f for f in self.faults if f["end_ns"] is not None]
+            if not ended or self.live.last.get("producers", {}).get("t", 0) < ended[-1]["end_ns"] \
+                    or not self.live.last["producers"].get("acked"):
+                return False
+        return True
+
+    def do(self, step: Step) -> None:
+        if step.action == "undo":
+            assert step.undo is not None
+            self.undo_step(step.undo)
+            return
+        start = time.monotonic_ns()
+        fault = {"step": step.index, "name": step.name, "start_ns": start, "end_ns": None}
+        undo = getattr(self, f"_{step.action}")(step.arg)
+        self.step_log.append({"step": step.index, "name": step.name,
+                              "at_s": round((start - self.start_ns) / 1e9, 3)})
+        self.faults.append(fault)
+        if undo is None:  # done at once (restart, add_partitions): its window is its length
+            fault["end_ns"] = time.monotonic_ns()
+        else:
+            self.undo[step.index] = undo
+
+    def undo_step(self, index: int) -> None:
+        undo = self.undo.pop(index, None)
+        if undo is None:
+            return
+        try:
+            undo()
+        except (ClusterError, RunError, OSError) as e:
+            self.errors.append(f"undo of step {index}: {e}")
+        for fault in self.faults:
+            if fault["step"] == index and fault["end_ns"] is None:
+                fault["end_ns"] = time.monotonic_ns()
+
+    def undo_all(self) -> None:
+        for index in sorted(self.undo, reverse=True):
+            self.undo_step(index)
+
+    def _target(self, text: str) -> tuple[Node, str]:
+        """'node 0' / 'shard 1' / 'shard 1 of node 0' / 'shard random' -> (node, 'node'|'1')."""
+        words = text.split()
+        node_id = int(words[-1]) if "of" in words else 0
+        if words[0] == "node":
+            node_id = self.rng.randrange(len(self.nodes)) if words[1] == "random" \
+                else int(words[1])
+        if node_id >= len(self.nodes):
+            raise RunError(f"there is no node {node_id}")
+        node = self.nodes[node_id]
+        if words[0] == "node":
+            return node, "node"
+        shard = self.rng.randrange(node.shards) if words[1] == "random" else int(words[1])
+        if shard >= node.shards:
+            raise RunError(f"node {node_id} has {node.shards} shards, not a shard {shard}")
+        return node, str(shard)
+
+    def _kill(self, arg: str) -> Callable[[], None]:
+        node, what = self._target(arg)
+        node.kill(what)
+        node.wait_gone()  # a shard killed takes its node down (the supervisor stops it)
+        return node.start
+
+    def _stop(self, arg: str) -> Callable[[], None]:
+        node, what = self._target(arg)
+        node.pause(what)
+        return node.resume
+
+    def _restart(self, arg: str) -> None:
+        node, _ = self._target(arg)
+        node.stop()
+        node.start()
+
+    def _disk_full(self, arg: Any) -> Callable[[], None]:
+        target = arg if isinstance(arg, str) else arg.get("node", "node 0")
+        leave = DISK_FULL_LEAVE_BYTES if isinstance(arg, str) else size_bytes(
+            arg.get("leave", DISK_FULL_LEAVE_BYTES))
+        node, _ = self._target(target)
+        node.fill_disk(leave)
+        return node.free_disk
+
+    def _probe(self, node: Node, path: str) -> Callable[[], None]:
+        status, body = node.admin("PUT", f"{PROBES}/{path}")
+        if status != 200:
+            raise RunError(f"node {node.node_id} refused the failure probe {path}: "
+                           f"{status} {body.decode(errors='replace').strip()[:200]}")
+
+        def clear() -> None:
+            if node.alive():
+                node.admin("DELETE", PROBES)
+
+        return clear
+
+    def _slow_disk(self, arg: dict[str, Any]) -> Callable[[], None]:
+        node, _ = self._target(arg.get("node", "node 0"))
+        return self._probe(node, f"storage/fdatasync/delay?ms={arg['fdatasync_ms']}")
+
+    def _fsync_error(self, arg: str) -> Callable[[], None]:
+        node, _ = self._target(arg)
+        return self._probe(node, "storage/fdatasync/exception")
+
+    def _slow_consumer(self, arg: str) -> Callable[[], None]:
+        worker = self.workers.get("consumers")
+        if worker is None:
+            raise RunError("slow_consumer needs consumers (subscriptionsPerTopic)")
+        which = "all" if arg == "all" else arg.split()[1]
+        worker.command(f"pause {which}")
+        return lambda: worker.command(f"resume {which}")
+
+    def _producer_flood(self, arg: dict[str, Any]) -> Callable[[], None]:
+        topic = arg.get("topic", FLOOD_TOPIC)
+        flood = Worker("flood", {**self.worker_config(), "flood_topic": topic,
+                                 "flood_producers": arg.get("producers", 16),
+                                 "flood_message_size": arg.get("messageSize", 65536)},
+                       self.out, self.live.on_stats)
+        self.workers["flood"] = flood
+
+        def end() -> None:
+            flood.command("stop")
+            flood.wait(limits.worker_exit_timeout_s)
+
+        return end
+
+    def _delete_topic(self, name: str) -> Callable[[], None]:
+        topic = next(t for t in self.s.topics if t["name"] == name)
+        self.admin_client().delete_topics([name])
+
+        def recreate() -> None:  # unless the producers' metadata requests made it already
+            self.admin_client().create_topics(self._new_topics([topic]), exist_ok=True)
+
+        return recreate
+
+    def _add_partitions(self, arg: dict[str, Any]) -> None:
+        from confluent_kafka.admin import NewPartitions
+
+        self.admin_client().create_partitions([NewPartitions(arg["topic"], arg["count"])])
+
+    # --- the whole run ----------------------------------------------------------------------
+
+    def execute(self, progress: Any) -> None:
+        w = self.s.workload
+        self.start_cluster()
+        if any(s.action == "producer_flood" for s in self.s.steps):
+            self.admin_client().create_topics(self._new_topics(
+                [{"name": FLOOD_TOPIC, "partitions": self.s.shards, "config": {}}]))
+        self.start_workers()
+        self.start_ns = time.monotonic_ns()  # the clock starts once every client is ready
+        total_s = w.warmup_s + w.duration_s
+        stop = threading.Event()
+        nemesis = threading.Thread(target=self.nemesis, args=(stop,), daemon=True)
+        warmed = False
+        try:
+            while self.elapsed_s() < total_s:
+                time.sleep(min(1.0, max(0.01, total_s - self.elapsed_s())))
+                if not warmed and self.elapsed_s() >= w.warmup_s:
+                    warmed = True
+                    self.start_ns += int(w.warmup_s * 1e9)  # steps count from the warm-up's end
+                    total_s -= w.warmup_s
+                    nemesis.start()
+                self._backlog_reached()
+                self._show(progress, total_s)
+        finally:
+            stop.set()
+            if nemesis.is_alive():
+                nemesis.join(timeout=limits.node_start_timeout_s)
+            self.undo_all()
+        self.finish()
+
+    def _backlog_reached(self) -> None:
+        w = self.s.workload
+        consumers = self.workers.get("consumers")
+        if self.backlog_pending and consumers and \
+                self.live.acked_total * w.message_size >= w.consumer_backlog_bytes:
+            consumers.command("resume all")
+            self.backlog_pending = False
+
+    def _show(self, progress: Any, total_s: float) -> None:
+        with self.live.lock:
+            p = self.live.last.get("producers", {})
+        progress.update(max(0.0, self.elapsed_s()), total_s, p.get("acked", 0) or 0,
+                        p.get("p99_ms") or 0.0, len(self.faults))
+
+    def finish(self) -> None:
+        producers, consumers = self.workers.get("producers"), self.workers.get("consumers")
+        if producers is not None:
+            producers.command("stop")
+            if not producers.wait(limits.finish_timeout_s + 30):
+                self.errors.append("the producers did not finish in time (killed)")
+        if consumers is not None:
+            try:
+                ends = self.end_offsets()
+            except Exception as e:  # noqa: BLE001 - a node that is down: drain what can be
+                self.errors.append(f"could not read end offsets: {e}")
+                ends = []
+            consumers.command("drain " + json.dumps(ends))
+            if not consumers.wait(limits.drain_timeout_s + 30):
+                self.errors.append("the consumers did not drain in time (killed)")
+        for worker in self.workers.values():
+            worker.command("stop")
+            worker.wait(limits.worker_exit_timeout_s)
+
+    def close(self) -> None:
+        for worker in self.workers.values():
+            worker.kill()
+        for node in self.nodes:
+            node.close()
+
+
+class _Admin:
+    """confluent-kafka's AdminClient, each call waited for, with one-line errors."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+
+    def _wait(self, futures: dict[Any, Any], what: str) -> None:
+        for name, future in futures.items():
+            try:
+                future.result(timeout=30)
+            except Exception as e:  # noqa: BLE001 - a KafkaException: its one-line reason
+                raise RunError(f"{what} {name}: {e}") from None
+
+    def create_topics(self, topics: list[Any], exist_ok: bool = False) -> None:
+        if not topics:
+            return
+        futures = self.client.create_topics(topics, operation_timeout=30)
+        if exist_ok:
+            from confluent_kafka import KafkaError
+
+            for name, future in list(futures.items()):
+                error = future.exception(timeout=30)
+                if error is not None and error.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS:
+                    del futures[name]
+        self._wait(futures, "create topic")
+
+    def delete_topics(self, names: list[str]) -> None:
+        self._wait(self.client.delete_topics(names, operation_timeout=30), "delete topic")
+
+    def create_partitions(self, partitions: list[Any]) -> None:
+        self._wait(self.client.create_partitions(partitions, operation_timeout=30),
+                   "add partitions to")
+
+
+def build_history(out: Path, faults: list[dict[str, Any]]) -> list[Op]:
+    """The workers' packed operations and the nemesis's faults, as `Op`s in completion
+    order."""
+    ops: list[Op] = []
+    for role in ("producers", "consumers"):
+        path = out / f"history-{role}.msgpack"
+        if not path.exists():
+            continue
+        with open(path, "rb") as f:
+            for chunk in msgpack.Unpacker(f, raw=False, use_list=False):
+                for raw in chunk:
+                    ops.append(_op(raw))
+                if len(ops) > limits.history_ops_max:
+                    raise RunError(f"the history passed {limits.history_ops_max} operations")
+    for fault in faults:
+        ops.append(Op(op="fault", client="nemesis", invoke_ns=fault["start_ns"],
+                      complete_ns=fault["end_ns"] or fault["start_ns"], outcome="ok",
+                      name=fault["name"]))
+    ops.sort(key=lambda op: op.complete_ns)
+    return ops
+
+
+def _op(raw: tuple[Any, ...]) -> Op:
+    kind = raw[0]
+    if kind == "s":
+        _, client, invoke, done, outcome, topic, partition, n, offset = raw
+        return Op(op="send", client=client, invoke_ns=invoke, complete_ns=done,
+                  outcome=OUTCOMES[outcome], topic=topic, partition=partition,
+                  value=f"{client}-{n}", offset=offset)
+    if kind == "p":
+        _, client, invoke, done, records = raw
+        return Op(op="poll", client=client, invoke_ns=invoke, complete_ns=done, outcome="ok",
+                  records=tuple((t, p, o, v.decode() if isinstance(v, bytes) else v)
+                                for t, p, o, v in records))
+    _, client, invoke, done, held = raw
+    return Op(op="assign", client=client, invoke_ns=invoke, complete_ns=done, outcome="ok",
+              partitions=tuple((t, p) for t, p in held))
+
+
+def _without(op: Op, topics: set[str]) -> Op:
+    if op.op == "poll":
+        return dataclasses.replace(op, records=tuple(r for r in op.records if r[0] not in topics))
+    if op.op == "assign":
+        return dataclasses.replace(op, partitions=tuple(p for p in op.partitions
+                                                        if p[0] not in topics))
+    return op
+
+
+def judge(scenario: Scenario, ops: list[Op], faults: list[tuple[str, int, int]] | None = None,
+          errors: list[str] | None = None) -> dict[str, Any]:
+    """The checker's result, reduced to the anomalies this scenario forbids, and the verdict."""
+    unchecked = scenario.unchecked_topics
+    if unchecked:
+        ops = [_without(op, unchecked) for op in ops
+               if not (op.op == "send" and op.topic in unchecked)]
+    result = check(ops, scenario.bounds, skip_topics=scenario.skip_topics).to_json()
+    failing = {name: found for name, found in result["anomalies"].items()
+               if found and name in scenario.anomalies}
+    tolerated = {name: len(found) for name, found in result["anomalies"].items()
+                 if found and name not in scenario.anomalies}
+    checks = dict(result["checks"])
+    if scenario.min_throughput_ratio is not None and scenario.workload.producer_rate:
+        sends = [op for op in ops if op.op == "send" and op.outcome == "ok"]
+        span_s = ((max(op.complete_ns for op in sends) - min(op.invoke_ns for op in sends)) / 1e9
+                  if len(sends) > 1 else 0.0)
+        achieved = len(sends) / span_s if span_s else 0.0
+        ratio = achieved / scenario.workload.producer_rate
+        checks["throughput_ratio"] = {"value": round(ratio, 3),
+                                      "bound": scenario.min_throughput_ratio,
+                                      "ok": ratio >= scenario.min_throughput_ratio}
+    verdict = "PASS" if not failing and all(c["ok"] for c in checks.values()) and not errors \
+        else "FAIL"
+    return {"verdict": verdict, "valid": verdict == "PASS", "anomalies": failing,
+            "tolerated_anomalies": tolerated, "figures": result["figures"], "checks": checks,
+            "errors": errors or []}
+
+
+def run(scenario: Scenario, out: Path, quiet: bool = False,
+        keep_data: bool = False) -> dict[str, Any]:
+    from scenarios.report import Progress, timeline_png, verdict_table
+
+    out.mkdir(parents=True, exist_ok=True)
+    for stale in out.glob("history-*.msgpack"):
+        stale.unlink()
+    runner = Run(scenario, out, quiet)
+    progress = Progress(quiet=quiet)
+    started = time.monotonic()
+    try:
+        runner.execute(progress)
+    finally:
+        progress.close()
+        runner.close()
+        if not keep_data:
+            shutil.rmtree(out / "data", ignore_errors=True)
+    ops = build_history(out, runner.faults)
+    write_history(out / "history.jsonl", ops)
+    for packed in out.glob("history-*.msgpack"):
+        packed.unlink()
+    faults = [(f["name"], f["start_ns"], f["end_ns"] or f["start_ns"]) for f in runner.faults]
+    report = judge(scenario, ops, faults, runner.errors)
+    report.update(scenario=scenario.name, file=str(scenario.path) if scenario.path else None,
+                  mode="real", seed=scenario.seed, steps=runner.step_log,
+                  start_ns=runner.start_ns, faults=[list(f) for f in faults],
+                  duration_s=round(time.monotonic() - started, 1),
+                  workload={"rate": scenario.workload.producer_rate,
+                            "messageSize": scenario.workload.message_size,
+                            "client": scenario.workload.client})
+    (out / "report.json").write_text(json.dumps(report, indent=2, default=str))
+    timeline_png(out / "timeline.png", ops, faults, runner.start_ns)
+    if not quiet:
+        verdict_table(report)
+    return report
+
+
+def environment_ok() -> str | None:
+    """Why real mode cannot run here, or None."""
+    if os.name != "posix":
+        return "real-mode scenarios need Linux"
+    return None

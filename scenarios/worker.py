@@ -1,0 +1,583 @@
+"""A scenario's clients: one process of producers, one of consumers (and a flood's).
+
+`python -m scenarios.worker CONFIG.json` runs the role the config names and records what its
+clients did. The runner talks to it over stdin (one command a line) and reads a stats line a
+second from stdout; the process ends when told `stop` or when stdin closes (the runner died).
+
+Recording is kept off the clients' way (issue #16: at most 5% of the client side's CPU at
+20k msg/s): an operation is a small tuple appended to a list, and once a second the list is
+packed with msgpack onto the history file (`history-<role>.msgpack`), which the runner turns
+into `history.jsonl` after the run. Times are `time.monotonic_ns()`: CLOCK_MONOTONIC is one
+clock for every process on the machine, so the runner, the nemesis and the clients agree.
+
+Each sent value begins with its 20-byte stamp `<client>-<n>` (space-padded), the rest is the
+workload's payload; a consumer reads the stamp back. The values are therefore unique per run,
+which is what the checker needs to tell a duplicate from two writes.
+
+Commands: `stop` (producers: stop sending, wait for what is in flight; consumers: stop now),
+`pause I` / `resume I` (consumer I stops reading: the slow-consumer fault), `drain JSON`
+(consumers: read until every subscription's position reaches these end offsets, then stop).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import random
+import sys
+import threading
+import time
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+
+import msgpack
+
+from scenarios import limits
+
+__all__ = ["STAMP_BYTES", "main", "stamp"]
+
+STAMP_BYTES = 20
+OK, FAILED, UNKNOWN = 0, 1, 2  # outcome codes in the packed history (history.OUTCOMES order)
+
+
+def stamp(client: str, n: int) -> bytes:
+    return f"{client}-{n}".encode().ljust(STAMP_BYTES)
+
+
+class Stats:
+    """What the progress line shows, reset each second."""
+
+    def __init__(self) -> None:
+        self.acked = self.failed = self.polled = 0
+        self.latencies_ns: list[int] = []
+
+    def line(self) -> dict[str, Any]:
+        lat = sorted(self.latencies_ns)
+        p99 = lat[min(len(lat) - 1, int(len(lat) * 0.99))] / 1e6 if lat else None
+        out = {"t": time.monotonic_ns(), "acked": self.acked, "failed": self.failed,
+               "polled": self.polled, "p99_ms": p99}
+        self.acked = self.failed = self.polled = 0
+        self.latencies_ns = []
+        return out
+
+
+class Recorder:
+    """Operations as tuples, packed onto the history file once a second by `tick`, which the
+    role's own loop calls (client callbacks run on that thread too, so nothing races)."""
+
+    def __init__(self, path: str, stats: Stats) -> None:
+        self.ops: list[tuple[Any, ...]] = []
+        self.file = open(path, "ab")
+        self.lock = threading.Lock()  # only for callbacks from a client's own thread
+        self.stats = stats
+        self.next_tick = time.monotonic() + limits.stats_interval_s
+
+    def tick(self) -> None:
+        if time.monotonic() >= self.next_tick:
+            self.next_tick += limits.stats_interval_s
+            self.flush()
+            print(json.dumps(self.stats.line()), flush=True)
+
+    def flush(self) -> None:
+        with self.lock:
+            ops, self.ops = self.ops, []
+        if ops:
+            self.file.write(msgpack.packb(ops, use_bin_type=True))
+            self.file.flush()
+
+    def close(self) -> None:
+        self.flush()
+        self.file.close()
+
+
+# --- producers -------------------------------------------------------------------------------
+
+# librdkafka errors that say the message never left the client: certainly not written. Every
+# other error may follow an attempt the broker took (a timeout, a lost connection, a retried
+# broker error): its outcome is unknown.
+_NEVER_SENT = {"_QUEUE_FULL", "_MSG_SIZE_TOO_LARGE", "_UNKNOWN_TOPIC", "_UNKNOWN_PARTITION",
+               "_PURGE_QUEUE", "_INVALID_ARG"}
+
+
+class ConfluentProducers:
+    def __init__(self, config: dict[str, Any], recorder: Recorder, stats: Stats) -> None:
+        from confluent_kafka import Producer
+
+        settings = {"bootstrap.servers": config["bootstrap"], "acks": "all",
+                    "enable.idempotence": True, "linger.ms": 5,
+                    "message.timeout.ms": limits.send_timeout_ms,
+                    "topic.metadata.refresh.interval.ms": limits.metadata_refresh_ms,
+                    **config["producer_config"]}
+        self.clients: list[tuple[str, str, Any]] = [
+            (name, topic, Producer(settings)) for name, topic in config["producers"]]
+        self.recorder, self.stats = recorder, stats
+
+    def send(self, index: int, n: int, value: bytes, key: bytes | None) -> None:
+        name, topic, producer = self.clients[index]
+        invoke = time.monotonic_ns()
+        try:
+            producer.produce(topic, value, key, on_delivery=partial(self._done, name, topic, n,
+                                                                    invoke))
+        except BufferError:  # the client's queue is full: never sent
+            self._record(name, topic, n, invoke, FAILED, -1, None)
+            producer.poll(0.001)
+
+    def _done(self, name: str, topic: str, n: int, invoke: int, err: Any, msg: Any) -> None:
+        if err is None:
+            self._record(name, topic, n, invoke, OK, msg.partition(), msg.offset())
+        else:
+            outcome = FAILED if err.name() in _NEVER_SENT else UNKNOWN
+            self._record(name, topic, n, invoke, outcome, msg.partition(), None)
+
+    def _record(self, name: str, topic: str, n: int, invoke: int, outcome: int,
+                partition: int, offset: int | None) -> None:
+        done = time.monotonic_ns()
+        self.recorder.ops.append(("s", name, invoke, done, outcome, topic, partition, n, offset))
+        if outcome == OK:
+            self.stats.acked += 1
+            self.stats.latencies_ns.append(done - invoke)
+        else:
+            self.stats.failed += 1
+
+    def connect(self, warmup_topic: str) -> None:
+        """Metadata, connections and the idempotent producer id before the clock starts (one
+        record each to a topic nobody checks), so the first sends' latency is the broker's,
+        not the client's start-up."""
+        for _, topic, producer in self.clients:
+            producer.list_topics(topic, timeout=limits.connect_timeout_s)
+            producer.produce(warmup_topic, b"warm-up")
+            producer.flush(limits.connect_timeout_s)
+
+    def serve(self) -> None:
+        for _, _, producer in self.clients:
+            producer.poll(0)
+
+    def finish(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        for _, _, producer in self.clients:
+            producer.flush(max(0.0, deadline - time.monotonic()))
+        for _, _, producer in self.clients:
+            producer.purge()  # what is still queued is reported (_PURGE_QUEUE, or unknown)
+            producer.flush(1.0)
+
+
+class KafkaPythonProducers(ConfluentProducers):
+    def __init__(self, config: dict[str, Any], recorder: Recorder, stats: Stats) -> None:
+        from kafka import KafkaProducer
+
+        settings = {"bootstrap_servers": config["bootstrap"], "acks": "all", "linger_ms": 5,
+                    "enable_idempotence": True,
+                    "delivery_timeout_ms": limits.send_timeout_ms,
+                    "metadata_max_age_ms": limits.metadata_refresh_ms, **config["producer_config"]}
+        self.clients = [(name, topic, KafkaProducer(**settings))
+                        for name, topic in config["producers"]]
+        self.recorder, self.stats = recorder, stats
+        self._completed: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+
+    def send(self, index: int, n: int, value: bytes, key: bytes | None) -> None:
+        name, topic, producer = self.clients[index]
+        invoke = time.monotonic_ns()
+        try:
+            future = producer.send(topic, value=value, key=key)
+        except Exception:  # noqa: BLE001 - refused before sending (buffer full, too large)
+            self._record(name, topic, n, invoke, FAILED, -1, None)
+            return
+        # Callbacks run on the client's I/O thread: hand them to the sending thread.
+        future.add_callback(lambda md: self._completed.put(
+            partial(self._record, name, topic, n, invoke, OK, md.partition, md.offset)))
+        future.add_errback(lambda e: self._completed.put(
+            partial(self._record, name, topic, n, invoke, UNKNOWN, -1, None)))
+
+    def connect(self, warmup_topic: str) -> None:
+        for _, topic, producer in self.clients:
+            producer.partitions_for(topic)
+            producer.send(warmup_topic, b"warm-up").get(timeout=limits.connect_timeout_s)
+
+    def serve(self) -> None:
+        while True:
+            try:
+                self._completed.get_nowait()()
+            except queue.Empty:
+                return
+
+    def finish(self, timeout_s: float) -> None:
+        for _, _, producer in self.clients:
+            producer.flush(timeout=timeout_s)
+            producer.close(timeout=1.0)
+        self.serve()
+
+
+def run_producers(config: dict[str, Any], recorder: Recorder, stats: Stats,
+                  commands: queue.SimpleQueue[str], ready: Callable[[], None]) -> None:
+    kind = {"confluent-kafka": ConfluentProducers, "kafka-python": KafkaPythonProducers,
+            "aiokafka": AioKafkaProducers}[config["client"]]
+    producers = kind(config, recorder, stats)
+    producers.connect(config["warmup_topic"])
+    ready()
+    rate = config["rate"]  # messages per second over this process's producers; 0: max
+    payload = bytes.fromhex(config["payload_hex"])[STAMP_BYTES:]
+    rng = random.Random(config["seed"])
+    keys = config["key_distributor"]
+    count = len(producers.clients)
+    sent = 0
+    start = time.monotonic()
+    while True:
+        try:
+            if commands.get_nowait() == "stop":
+                break
+        except queue.Empty:
+            pass
+        due = int((time.monotonic() - start) * rate) - sent if rate else limits.burst_max
+        for _ in range(min(due, limits.burst_max)):
+            index = sent % count
+            name = producers.clients[index][0]
+            n = sent // count
+            key = None
+            if keys == "KEY_ROUND_ROBIN":
+                key = str(n % 1000).encode()
+            elif keys == "RANDOM_NANO":
+                key = str(rng.getrandbits(32)).encode()
+            producers.send(index, n, stamp(name, n) + payload, key)
+            sent += 1
+        producers.serve()
+        recorder.tick()
+        if rate and due <= 0:
+            time.sleep(limits.pace_tick_s)
+    producers.finish(config["finish_timeout_s"])
+
+
+# --- consumers -------------------------------------------------------------------------------
+
+
+class ConfluentConsumers:
+    def __init__(self, config: dict[str, Any], recorder: Recorder, stats: Stats) -> None:
+        from confluent_kafka import Consumer
+
+        self.recorder, self.stats = recorder, stats
+        self.members: list[tuple[str, str, Any]] = []
+        for name, group, topics in config["consumers"]:
+            consumer = Consumer({
+                "bootstrap.servers": config["bootstrap"], "group.id": group,
+                "auto.offset.reset": "earliest", "enable.partition.eof": False,
+                "topic.metadata.refresh.interval.ms": limits.metadata_refresh_ms,
+                **config["consumer_config"]})
+            consumer.subscribe(topics, on_assign=partial(self._assigned, name),
+                               on_revoke=partial(self._assigned, name, revoked=True))
+            self.members.append((name, group, consumer))
+
+    def _assigned(self, name: str, consumer: Any, partitions: list[Any],
+                  revoked: bool = False) -> None:
+        now = time.monotonic_ns()
+        held = [] if revoked else [(p.topic, p.partition) for p in partitions]
+        with self.recorder.lock:  # aiokafka calls this on its loop thread
+            self.recorder.ops.append(("a", name, now, now, held))
+
+    def poll(self, index: int, timeout_s: float) -> None:
+        name, _, consumer = self.members[index]
+        invoke = time.monotonic_ns()
+        messages = consumer.consume(limits.poll_records_max, timeout_s)
+        if not messages:
+            return
+        records = [(m.topic(), m.partition(), m.offset(), (m.value() or b"")[:STAMP_BYTES].rstrip())
+                   for m in messages if m.error() is None]
+        self.recorder.ops.append(("p", name, invoke, time.monotonic_ns(), records))
+        self.stats.polled += len(records)
+
+    def assigned(self, index: int) -> bool:
+        return bool(self.members[index][2].assignment())
+
+    def positions(self, index: int) -> dict[tuple[str, int], int]:
+        _, _, consumer = self.members[index]
+        return {(p.topic, p.partition): p.offset
+                for p in consumer.position(consumer.assignment()) if p.offset >= 0}
+
+    def close(self) -> None:
+        for _, _, consumer in self.members:
+            consumer.close()
+
+
+class KafkaPythonConsumers(ConfluentConsumers):
+    def __init__(self, config: dict[str, Any], recorder: Recorder, stats: Stats) -> None:
+        from kafka import ConsumerRebalanceListener, KafkaConsumer
+
+        self.recorder, self.stats = recorder, stats
+        self.members = []
+        outer = self
+
+        for name, group, topics in config["consumers"]:
+            class Listener(ConsumerRebalanceListener):  # type: ignore[misc]
+                def __init__(self, name: str) -> None:
+                    self.name = name
+
+                def on_partitions_revoked(self, revoked: Any) -> None:
+                    outer._assigned(self.name, None, [], revoked=True)
+
+                def on_partitions_assigned(self, assigned: Any) -> None:
+                    outer._assigned(self.name, None, list(assigned))
+
+            consumer = KafkaConsumer(
+                bootstrap_servers=config["bootstrap"], group_id=group,
+                auto_offset_reset="earliest", metadata_max_age_ms=limits.metadata_refresh_ms,
+                **config["consumer_config"])
+            consumer.subscribe(topics, listener=Listener(name))
+            self.members.append((name, group, consumer))
+
+    def poll(self, index: int, timeout_s: float) -> None:
+        name, _, consumer = self.members[index]
+        invoke = time.monotonic_ns()
+        batches = consumer.poll(timeout_ms=int(timeout_s * 1000),
+                                max_records=limits.poll_records_max)
+        records = [(m.topic, m.partition, m.offset, m.value[:STAMP_BYTES].rstrip())
+                   for messages in batches.values() for m in messages]
+        if records:
+            self.recorder.ops.append(("p", name, invoke, time.monotonic_ns(), records))
+            self.stats.polled += len(records)
+
+    def positions(self, index: int) -> dict[tuple[str, int], int]:
+        _, _, consumer = self.members[index]
+        return {(tp.topic, tp.partition): consumer.position(tp)
+                for tp in consumer.assignment()}
+
+
+def run_consumers(config: dict[str, Any], recorder: Recorder, stats: Stats,
+                  commands: queue.SimpleQueue[str], ready: Callable[[], None]) -> None:
+    kind = {"confluent-kafka": ConfluentConsumers, "kafka-python": KafkaPythonConsumers,
+            "aiokafka": AioKafkaConsumers}[config["client"]]
+    consumers = kind(config, recorder, stats)
+    # In their groups before the producers start: a group's first rebalance waits
+    # group.initial.rebalance.delay.ms for more members.
+    deadline = time.monotonic() + limits.connect_timeout_s
+    while time.monotonic() < deadline and not all(
+            consumers.assigned(i) for i in range(len(consumers.members))):
+        for i in range(len(consumers.members)):
+            consumers.poll(i, limits.poll_timeout_s)
+    ready()
+    paused: set[int] = set()
+    drain: dict[tuple[str, int], int] | None = None
+    drain_deadline = 0.0
+    count = len(consumers.members)
+    while True:
+        try:
+            command = commands.get_nowait()
+            word, _, arg = command.partition(" ")
+            if word == "stop":
+                break
+            if word == "pause":
+                paused.update(range(count) if arg == "all" else {int(arg)})
+            elif word == "resume":
+                paused.difference_update(range(count) if arg == "all" else {int(arg)})
+            elif word == "drain":
+                drain = {(t, p): o for t, p, o in json.loads(arg)}
+                drain_deadline = time.monotonic() + config["drain_timeout_s"]
+                paused.clear()
+        except queue.Empty:
+            pass
+        recorder.tick()
+        active = [i for i in range(count) if i not in paused]
+        for i in active:
+            consumers.poll(i, limits.poll_timeout_s / max(1, len(active)))
+        if not active:
+            time.sleep(limits.poll_timeout_s)
+        if drain is not None and (_drained(consumers, config, drain)
+                                  or time.monotonic() > drain_deadline):
+            break
+    consumers.close()
+
+
+def _drained(consumers: Any, config: dict[str, Any], ends: dict[tuple[str, int], int]) -> bool:
+    """Every subscription (group) has read to `ends` in every partition."""
+    reached: dict[str, dict[tuple[str, int], int]] = {}
+    for i, (_, group, _) in enumerate(consumers.members):
+        reached.setdefault(group, {}).update(consumers.positions(i))
+    return all(all(reached.get(group, {}).get(tp, -1) >= end for tp, end in ends.items()
+                   if tp[0] in topics)
+               for group, topics in config["subscriptions"].items())
+
+
+# --- aiokafka: its own loop thread, the same interface ------------------------------------
+
+
+class _AioLoop:
+    def __init__(self) -> None:
+        import asyncio
+
+        self.loop = asyncio.new_event_loop()
+        threading.Thread(target=self.loop.run_forever, daemon=True).start()
+
+    def call(self, coro: Any, timeout_s: float = 30.0) -> Any:
+        import asyncio
+
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout_s)
+
+
+class AioKafkaProducers(KafkaPythonProducers):
+    def __init__(self, config: dict[str, Any], recorder: Recorder, stats: Stats) -> None:
+        from aiokafka import AIOKafkaProducer
+
+        self.aio = _AioLoop()
+        self.recorder, self.stats = recorder, stats
+        self._completed = queue.SimpleQueue()
+        settings = {"bootstrap_servers": config["bootstrap"], "acks": "all", "linger_ms": 5,
+                    "enable_idempotence": True, "request_timeout_ms": limits.send_timeout_ms,
+                    "metadata_max_age_ms": limits.metadata_refresh_ms, **config["producer_config"]}
+
+        async def make() -> Any:
+            producer = AIOKafkaProducer(**settings)
+            await producer.start()
+            return producer
+
+        self.clients = [(name, topic, self.aio.call(make())) for name, topic in config["producers"]]
+
+    def send(self, index: int, n: int, value: bytes, key: bytes | None) -> None:
+        name, topic, producer = self.clients[index]
+        invoke = time.monotonic_ns()
+
+        async def one() -> None:
+            try:
+                md = await producer.send_and_wait(topic, value=value, key=key)
+                outcome = (OK, md.partition, md.offset)
+            except Exception:  # noqa: BLE001 - a timeout or a lost connection: unknown
+                outcome = (UNKNOWN, -1, None)
+            self._completed.put(partial(self._record, name, topic, n, invoke, *outcome))
+
+        self.aio.loop.call_soon_threadsafe(self.aio.loop.create_task, one())
+
+    def connect(self, warmup_topic: str) -> None:
+        for _, topic, producer in self.clients:
+            self.aio.call(producer.partitions_for(topic))
+            self.aio.call(producer.send_and_wait(warmup_topic, b"warm-up"))
+
+    def finish(self, timeout_s: float) -> None:
+        for _, _, producer in self.clients:
+            self.aio.call(producer.flush(), timeout_s)
+            self.aio.call(producer.stop(), timeout_s)
+        time.sleep(0.1)
+        self.serve()
+
+
+class AioKafkaConsumers(ConfluentConsumers):
+    def __init__(self, config: dict[str, Any], recorder: Recorder, stats: Stats) -> None:
+        from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener
+
+        self.aio = _AioLoop()
+        self.recorder, self.stats = recorder, stats
+        self.members = []
+        outer = self
+
+        class Listener(ConsumerRebalanceListener):  # type: ignore[misc]
+            def __init__(self, name: str) -> None:
+                self.name = name
+
+            async def on_partitions_revoked(self, revoked: Any) -> None:
+                outer._assigned(self.name, None, [], revoked=True)
+
+            async def on_partitions_assigned(self, assigned: Any) -> None:
+                outer._assigned(self.name, None, list(assigned))
+
+        for name, group, topics in config["consumers"]:
+            async def make(name: str = name, group: str = group, topics: Any = topics) -> Any:
+                consumer = AIOKafkaConsumer(
+                    bootstrap_servers=config["bootstrap"], group_id=group,
+                    auto_offset_reset="earliest", metadata_max_age_ms=limits.metadata_refresh_ms,
+                    **config["consumer_config"])
+                consumer.subscribe(topics, listener=Listener(name))
+                await consumer.start()
+                return consumer
+
+            self.members.append((name, group, self.aio.call(make())))
+
+    def poll(self, index: int, timeout_s: float) -> None:
+        name, _, consumer = self.members[index]
+        invoke = time.monotonic_ns()
+        batches = self.aio.call(consumer.getmany(timeout_ms=int(timeout_s * 1000),
+                                                 max_records=limits.poll_records_max))
+        records = [(m.topic, m.partition, m.offset, m.value[:STAMP_BYTES].rstrip())
+                   for messages in batches.values() for m in messages]
+        if records:
+            self.recorder.ops.append(("p", name, invoke, time.monotonic_ns(), records))
+            self.stats.polled += len(records)
+
+    def positions(self, index: int) -> dict[tuple[str, int], int]:
+        _, _, consumer = self.members[index]
+
+        async def positions() -> dict[tuple[str, int], int]:
+            return {(tp.topic, tp.partition): await consumer.position(tp)
+                    for tp in consumer.assignment()}
+
+        return dict(self.aio.call(positions()))
+
+    def close(self) -> None:
+        for _, _, consumer in self.members:
+            self.aio.call(consumer.stop())
+
+
+# --- the flood: producers over the node's memory budget, not recorded ----------------------
+
+
+def run_flood(config: dict[str, Any], recorder: Recorder, stats: Stats,
+              commands: queue.SimpleQueue[str], ready: Callable[[], None]) -> None:
+    from confluent_kafka import Producer
+
+    producers = [Producer({"bootstrap.servers": config["bootstrap"], "acks": "all",
+                           "linger.ms": 0, "queue.buffering.max.kbytes": 65536,
+                           "message.timeout.ms": limits.send_timeout_ms})
+                 for _ in range(config["flood_producers"])]
+    value = os.urandom(config["flood_message_size"])
+    ready()
+
+    def delivered(err: Any, _msg: Any) -> None:
+        if err is None:
+            stats.acked += 1
+        else:
+            stats.failed += 1
+
+    while True:
+        try:
+            if commands.get_nowait() == "stop":
+                break
+        except queue.Empty:
+            pass
+        for producer in producers:
+            for _ in range(limits.burst_max):
+                try:
+                    producer.produce(config["flood_topic"], value, on_delivery=delivered)
+                except BufferError:
+                    break
+            producer.poll(0)
+        recorder.tick()
+    for producer in producers:
+        producer.purge()
+        producer.flush(1.0)
+
+
+ROLES: dict[str, Callable[..., None]] = {
+    "producers": run_producers, "consumers": run_consumers, "flood": run_flood}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    with open(argv[0], encoding="utf-8") as f:
+        config = json.load(f)
+    stats = Stats()
+    recorder = Recorder(config["history"], stats)
+    commands: queue.SimpleQueue[str] = queue.SimpleQueue()
+
+    def read_commands() -> None:
+        for line in sys.stdin:
+            commands.put(line.strip())
+        commands.put("stop")  # the runner is gone
+
+    threading.Thread(target=read_commands, daemon=True).start()
+    try:
+        ROLES[config["role"]](config, recorder, stats, commands,
+                              lambda: print(json.dumps({"ready": True}), flush=True))
+    finally:
+        recorder.close()
+        print(json.dumps({"done": True, **stats.line()}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
