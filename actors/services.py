@@ -17,7 +17,8 @@ if TYPE_CHECKING:
     from actors.watermarks import Published, Waiter
 
 __all__ = [
-    "BrokerSettings", "LongPolls", "Memory", "TopicInfo", "TopicTable", "Services", "now_ms"
+    "BrokerSettings", "LongPolls", "Memory", "TopicInfo", "TopicTable", "Services", "now_ms",
+    "set_wall_clock",
 ]
 
 
@@ -167,5 +168,17 @@ class Services(Protocol):
         ...
 
 
+# The wall clock every actor reads (record timestamps, group session deadlines, retention).
+# A simulation (scenarios/sim/) puts its virtual clock here, so that time agrees with its
+# event loop's; everything else leaves it alone.
+_wall_clock_ns: Callable[[], int] = time.time_ns
+
+
+def set_wall_clock(clock_ns: Callable[[], int] | None) -> None:
+    """Make `now_ms()` read `clock_ns` (nanoseconds since the epoch); None: the real clock."""
+    global _wall_clock_ns
+    _wall_clock_ns = time.time_ns if clock_ns is None else clock_ns
+
+
 def now_ms() -> int:
-    return time.time_ns() // 1_000_000
+    return _wall_clock_ns() // 1_000_000

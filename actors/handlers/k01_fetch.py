@@ -22,7 +22,6 @@ consumer's answer is built and encoded once, not every `fetch.wait.max.ms` (`ans
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from actors import limits
@@ -71,7 +70,8 @@ class _Fetch:
         )
         self.min_bytes = request.min_bytes
         wait_ms = min(max(request.max_wait_ms, 0), limits.fetch_wait_ms_max)
-        self.deadline = time.monotonic() + wait_ms / 1000
+        # The loop's clock (time.monotonic in a shard; simulated time in scenarios/sim/).
+        self.deadline = current_loop().time() + wait_ms / 1000
         self.timer: Any = None
         self.waiter: Waiter | None = None  # this round's wait on every partition
         self.last_results: list[ReadResult] = []  # what the round before the wait read
@@ -122,7 +122,7 @@ class _Fetch:
         """The round is in: `total` bytes read, `failed` if any partition answered an error."""
         if self.done:
             return  # the connection closed while this round read
-        remaining = self.deadline - time.monotonic()
+        remaining = self.deadline - current_loop().time()
         enough = total >= self.min_bytes
         if enough or failed or remaining <= 0 or not self.parts:
             self.finish(results)
