@@ -46,7 +46,8 @@ class SimShard(Shard):
         self.loop = node.loop
         self.node = node
         self._sim_io = SimIoPool(
-            node.loop, node.disk, shard_id, node.fsync_latency_s, node.fsync_fails
+            node.loop, node.disk, shard_id, node.fsync_latency_s, node.fsync_fails,
+            node.fsync_lies,
         )
         self.connections: list[ActorRef[Any]] = []
 
@@ -106,8 +107,9 @@ class SimShard(Shard):
         try:
             for ref in self.actors():
                 stop_now(ref)
-            for done in self._sim_io.abandon():
-                done(None, OSError("the shard crashed"))
+            # Its I/O never completes: no callback runs (a dead process runs no code). A
+            # partition whose flush was out keeps its log's files open until it is freed.
+            self._sim_io.abandon()
         finally:
             disk.frozen = False
         self._stopping = True
@@ -134,6 +136,7 @@ class SimNode:
         network: SimPipeNetwork,
         fsync_s: tuple[float, float],
         fsync_fail_rate: float,
+        fsync_lie_rate: float = 0.0,
     ) -> None:
         self.loop = loop
         self.shards = shards
@@ -142,6 +145,7 @@ class SimNode:
         self.network = network
         self._fsync_s = fsync_s
         self._fsync_fail_rate = fsync_fail_rate
+        self._fsync_lie_rate = fsync_lie_rate
         self.slow_fsync_s = 0.0  # added to every fdatasync while a slow_disk fault holds
         values = {"disable_metrics": True, "pipe_arena_bytes": 0, **settings}
         self.config = NodeConfig(data_dir=str(data_dir), smp=shards, **values)
@@ -158,6 +162,9 @@ class SimNode:
         """No more fdatasync failures, seeded or scripted."""
         self._fsync_fail_rate = 0.0
         self.disk.clear_failures()
+
+    def fsync_lies(self) -> bool:
+        return bool(self._fsync_lie_rate) and self.rng.random() < self._fsync_lie_rate
 
     def fsync_fails(self) -> bool:
         return bool(self._fsync_fail_rate) and self.rng.random() < self._fsync_fail_rate

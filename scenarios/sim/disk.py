@@ -16,7 +16,9 @@ directory entries count as durable at once: the model loses unsynced bytes, not 
 storage package has no seam of its own for them. Each blocking job of a shard runs through
 that shard's `SimIoPool`, which says whose sync it is, so a fault can fail or slow down one
 shard's fdatasyncs: a failed one raises `OSError(EIO)` inside the real flush, which hands it
-to the partition's real failure path, and makes nothing durable.
+to the partition's real failure path, and makes nothing durable. A lying disk (the
+`fsync_lies` fault, a volatile write cache) reports success and keeps nothing either: what a
+checker must then catch.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ class SimDisk:
         self.fail_rate = 0.0  # of each fdatasync, drawn by the pool's random stream
         self.syncing_shard: int | None = None  # whose job is running (SimIoPool)
         self.job_fails = False  # the running job's fdatasyncs fail (a seeded fault)
+        self.job_lies = False  # the running job's syncs succeed and keep nothing (a fault)
         self.frozen = False  # a crash is under way: nothing becomes durable
         self.fdatasyncs = 0
         self.failed_fdatasyncs = 0
@@ -82,7 +85,7 @@ class SimDisk:
 
     def _sync(self, fd: int) -> None:
         st = os.fstat(fd)
-        if self.frozen or not stat.S_ISREG(st.st_mode):
+        if self.frozen or self.job_lies or not stat.S_ISREG(st.st_mode):
             return  # directories: names are durable at once
         self._durable[(st.st_dev, st.st_ino)] = st.st_size
 
@@ -115,12 +118,14 @@ class SimIoPool:
         shard: int,
         latency_s: Callable[[], float],
         fail: Callable[[], bool],
+        lie: Callable[[], bool],
     ) -> None:
         self._loop = loop
         self._disk = disk
         self._shard = shard
         self._latency_s = latency_s
         self._fail = fail
+        self._lie = lie
         self._busy_until = 0.0
         self._jobs: dict[int, tuple[Callable[[], Any], Done]] = {}
         self._next_job = 0
@@ -146,7 +151,7 @@ class SimIoPool:
             return
         fn, done = entry
         disk = self._disk
-        disk.job_fails = self._fail()
+        disk.job_fails, disk.job_lies = self._fail(), self._lie()
         disk.syncing_shard = self._shard
         result: Any = None
         error: BaseException | None = None
@@ -155,15 +160,13 @@ class SimIoPool:
         except Exception as e:  # handed to the caller, as the real pool does
             error = e
         finally:
-            disk.syncing_shard, disk.job_fails = None, False
+            disk.syncing_shard, disk.job_fails, disk.job_lies = None, False, False
         done(result, error)
 
-    def abandon(self) -> list[Done]:
-        """The shard crashed: its jobs never complete. Their callbacks, for the caller to
-        fail (so the actors let go of their files)."""
+    def abandon(self) -> None:
+        """The shard crashed: its jobs never complete, and never call back."""
         self.dead = True
-        jobs, self._jobs = self._jobs, {}
-        return [done for _fn, done in jobs.values()]
+        self._jobs.clear()
 
 
 def run_now(loop: Any, fn: Callable[[], Any], done: Done) -> None:

@@ -104,6 +104,7 @@ class Simulation:
         )
         self.fsync_s = _range_ms(faults.get("fsync_ms", [0.1, 2.0]))
         self.fsync_fail_rate = float(faults.get("fsync_fail", 0.0))
+        self.fsync_lie_rate = float(faults.get("fsync_lies", 0.0))
         self.crash_every_s = float(faults.get("crash_every_s", 0) or 0)
         self.restart_after_s = _range_ms(faults.get("restart_after_ms", [100, 1000]))
         workload = spec.get("workload") or {}
@@ -160,7 +161,7 @@ class Simulation:
                 self.node = SimNode(
                     self.loop, root, self.shards, self.spec.get("cluster", {}).get(
                         "settings") or {}, self.disk, disk_rng, self.network, self.fsync_s,
-                    self.fsync_fail_rate,
+                    self.fsync_fail_rate, self.fsync_lie_rate,
                 )
                 self.node.start()
                 self.loop.run_until_complete(self._main())

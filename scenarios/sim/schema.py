@@ -134,6 +134,8 @@ SIM_FAULTS_SCHEMA: dict[str, Any] = {
         "pipe_delay_ms": {**_MS_RANGE, "description": "how long a delayed message waits"},
         "fsync_ms": {**_MS_RANGE, "description": "every fdatasync's latency (default 0.1-2)"},
         "fsync_fail": {**_RATE, "description": "chance each fdatasync fails (EIO)"},
+        "fsync_lies": {**_RATE, "description": "chance a sync reports success and keeps "
+                       "nothing (a volatile write cache): acknowledged data a crash loses"},
         "crash_every_s": {"type": "number", "exclusiveMinimum": 0,
                           "description": "mean seconds between crashes of a random shard"},
         "restart_after_ms": {**_MS_RANGE, "description": "a crashed shard restarts after"},
