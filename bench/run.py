@@ -56,9 +56,11 @@ GROUP_CASES = ["offset_commit_rate", "rebalance_time"]  # bench/groups.py
 RUNNING_CASES = ["idle_consumers", "cold_reads", "metrics_overhead", "soak"]
 # bench/lifecycle.py: retention holding the disk, compaction.
 LIFECYCLE_CASES = ["retention_steady", "compaction"]
+# bench/saturation.py: latency against offered load, the knee (krill bench saturation).
+SATURATION_CASES = ["saturation"]
 ALL_CASES = [
     "ceilings", *PRODUCE_CASES, "rss_100_partitions", *SHARD_CASES, *GROUP_CASES,
-    *RUNNING_CASES, *LIFECYCLE_CASES,
+    *RUNNING_CASES, *LIFECYCLE_CASES, *SATURATION_CASES,
 ]
 
 
@@ -1100,6 +1102,10 @@ def main(argv: list[str] | None = None) -> int:
             from bench import lifecycle
 
             emit(lifecycle.LIFECYCLE_CASES[case](args))
+        elif case in SATURATION_CASES:
+            from bench import saturation
+
+            emit(saturation.run_saturation(args))
     log(f"done in {time.monotonic() - t0:.1f}s" + (f"; results in {out_path}" if out_path else ""))
     return 1 if failed else 0
 
