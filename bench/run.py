@@ -58,9 +58,11 @@ RUNNING_CASES = ["idle_consumers", "cold_reads", "metrics_overhead", "soak"]
 LIFECYCLE_CASES = ["retention_steady", "compaction"]
 # bench/saturation.py: latency against offered load, the knee (krill bench saturation).
 SATURATION_CASES = ["saturation"]
+# bench/scenarios.py: what recording a history costs the clients; the library at length.
+SCENARIO_CASES = ["runner_overhead", "scenario_library"]
 ALL_CASES = [
     "ceilings", *PRODUCE_CASES, "rss_100_partitions", *SHARD_CASES, *GROUP_CASES,
-    *RUNNING_CASES, *LIFECYCLE_CASES, *SATURATION_CASES,
+    *RUNNING_CASES, *LIFECYCLE_CASES, *SATURATION_CASES, *SCENARIO_CASES,
 ]
 
 
@@ -1106,6 +1108,10 @@ def main(argv: list[str] | None = None) -> int:
             from bench import saturation
 
             emit(saturation.run_saturation(args))
+        elif case in SCENARIO_CASES:
+            from bench import scenarios
+
+            emit(scenarios.SCENARIO_CASES[case](args))
     log(f"done in {time.monotonic() - t0:.1f}s" + (f"; results in {out_path}" if out_path else ""))
     return 1 if failed else 0
 

@@ -65,7 +65,7 @@ def _library() -> list[tuple[str, str, str]]:
         except yaml.YAMLError:
             doc = {}
         mode = (doc.get("cluster") or {}).get("mode", "real") if "workload" in doc else "real"
-        text = str(doc.get("description", "")).strip().splitlines()
+        text = str(doc.get("description") or doc.get("name", "")).strip().splitlines()
         out.append((path.name, mode, text[0] if text else ""))
     return out
 

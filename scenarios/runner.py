@@ -131,8 +131,10 @@ class _Live:
 
 
 class Run:
-    def __init__(self, scenario: Scenario, out: Path, quiet: bool) -> None:
+    def __init__(self, scenario: Scenario, out: Path, quiet: bool,
+                 recording: bool = True) -> None:
         self.s = scenario
+        self.recording = recording
         self.out = out
         self.quiet = quiet
         self.nodes: list[Node] = []
@@ -187,6 +189,7 @@ class Run:
                 "producer_config": w.producer_config, "consumer_config": w.consumer_config,
                 "payload_hex": payload.hex(), "key_distributor": w.key_distributor,
                 "finish_timeout_s": limits.finish_timeout_s, "warmup_topic": WARMUP_TOPIC,
+                "recording": self.recording,
                 "drain_timeout_s": limits.drain_timeout_s}
 
     def start_workers(self) -> None:
@@ -589,14 +592,14 @@ def judge(scenario: Scenario, ops: list[Op], faults: list[tuple[str, int, int]] 
             "errors": errors or []}
 
 
-def run(scenario: Scenario, out: Path, quiet: bool = False,
-        keep_data: bool = False) -> dict[str, Any]:
+def run(scenario: Scenario, out: Path, quiet: bool = False, keep_data: bool = False,
+        recording: bool = True) -> dict[str, Any]:
     from scenarios.report import Progress, timeline_png, verdict_table
 
     out.mkdir(parents=True, exist_ok=True)
     for stale in out.glob("history-*.msgpack"):
         stale.unlink()
-    runner = Run(scenario, out, quiet)
+    runner = Run(scenario, out, quiet, recording)
     progress = Progress(quiet=quiet)
     started = time.monotonic()
     try:
@@ -616,6 +619,10 @@ def run(scenario: Scenario, out: Path, quiet: bool = False,
                   mode="real", seed=scenario.seed, steps=runner.step_log,
                   start_ns=runner.start_ns, faults=[list(f) for f in faults],
                   duration_s=round(time.monotonic() - started, 1),
+                  clients={role: {"cpu_s": round(w.done.get("cpu_s", 0.0), 3),
+                                  "cpu_load_s": round(w.done.get("cpu_load_s", 0.0), 3),
+                                  "acked": w.done.get("acked_total", 0)}
+                           for role, w in runner.workers.items() if w.done},
                   workload={"rate": scenario.workload.producer_rate,
                             "messageSize": scenario.workload.message_size,
                             "client": scenario.workload.client})

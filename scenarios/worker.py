@@ -46,11 +46,19 @@ def stamp(client: str, n: int) -> bytes:
     return f"{client}-{n}".encode().ljust(STAMP_BYTES)
 
 
+def cpu_s() -> float:
+    times = os.times()
+    return times.user + times.system
+
+
 class Stats:
-    """What the progress line shows, reset each second."""
+    """What the progress line shows, reset each second; and the CPU the load itself cost
+    (from ready to stop or drain: the figure of bench/scenarios.py runner_overhead)."""
 
     def __init__(self) -> None:
         self.acked = self.failed = self.polled = 0
+        self.acked_total = 0
+        self.cpu_ready_s = self.cpu_end_s = 0.0
         self.latencies_ns: list[int] = []
 
     def line(self) -> dict[str, Any]:
@@ -67,7 +75,8 @@ class Recorder:
     """Operations as tuples, packed onto the history file once a second by `tick`, which the
     role's own loop calls (client callbacks run on that thread too, so nothing races)."""
 
-    def __init__(self, path: str, stats: Stats) -> None:
+    def __init__(self, path: str, stats: Stats, recording: bool = True) -> None:
+        self.recording = recording  # off only to measure what recording costs (bench/)
         self.ops: list[tuple[Any, ...]] = []
         self.file = open(path, "ab")
         self.lock = threading.Lock()  # only for callbacks from a client's own thread
@@ -134,9 +143,12 @@ class ConfluentProducers:
     def _record(self, name: str, topic: str, n: int, invoke: int, outcome: int,
                 partition: int, offset: int | None) -> None:
         done = time.monotonic_ns()
-        self.recorder.ops.append(("s", name, invoke, done, outcome, topic, partition, n, offset))
+        if self.recorder.recording:
+            self.recorder.ops.append(("s", name, invoke, done, outcome, topic, partition, n,
+                                      offset))
         if outcome == OK:
             self.stats.acked += 1
+            self.stats.acked_total += 1
             self.stats.latencies_ns.append(done - invoke)
         else:
             self.stats.failed += 1
@@ -226,6 +238,7 @@ def run_producers(config: dict[str, Any], recorder: Recorder, stats: Stats,
     while True:
         try:
             if commands.get_nowait() == "stop":
+                stats.cpu_end_s = cpu_s()
                 break
         except queue.Empty:
             pass
@@ -280,7 +293,11 @@ class ConfluentConsumers:
         messages = consumer.consume(limits.poll_records_max, timeout_s)
         if not messages:
             return
-        records = [(m.topic(), m.partition(), m.offset(), (m.value() or b"")[:STAMP_BYTES].rstrip())
+        if not self.recorder.recording:  # the benchmark's baseline: a client that counts
+            self.stats.polled += len(messages)
+            return
+        records = [(m.topic(), m.partition(), m.offset(),
+                    (m.value() or b"")[:STAMP_BYTES].rstrip())
                    for m in messages if m.error() is None]
         self.recorder.ops.append(("p", name, invoke, time.monotonic_ns(), records))
         self.stats.polled += len(records)
@@ -362,6 +379,8 @@ def run_consumers(config: dict[str, Any], recorder: Recorder, stats: Stats,
         try:
             command = commands.get_nowait()
             word, _, arg = command.partition(" ")
+            if word in ("stop", "drain") and not stats.cpu_end_s:
+                stats.cpu_end_s = cpu_s()
             if word == "stop":
                 break
             if word == "pause":
@@ -561,7 +580,7 @@ def main(argv: list[str] | None = None) -> int:
     with open(argv[0], encoding="utf-8") as f:
         config = json.load(f)
     stats = Stats()
-    recorder = Recorder(config["history"], stats)
+    recorder = Recorder(config["history"], stats, config.get("recording", True))
     commands: queue.SimpleQueue[str] = queue.SimpleQueue()
 
     def read_commands() -> None:
@@ -571,11 +590,17 @@ def main(argv: list[str] | None = None) -> int:
 
     threading.Thread(target=read_commands, daemon=True).start()
     try:
-        ROLES[config["role"]](config, recorder, stats, commands,
-                              lambda: print(json.dumps({"ready": True}), flush=True))
+        def ready() -> None:
+            stats.cpu_ready_s = cpu_s()
+            print(json.dumps({"ready": True}), flush=True)
+
+        ROLES[config["role"]](config, recorder, stats, commands, ready)
     finally:
         recorder.close()
-        print(json.dumps({"done": True, **stats.line()}), flush=True)
+        load_s = (stats.cpu_end_s or cpu_s()) - stats.cpu_ready_s
+        print(json.dumps({"done": True, "cpu_s": cpu_s(), "cpu_load_s": load_s,
+                          "acked_total": stats.acked_total, **stats.line()}),
+              flush=True)
     return 0
 
 

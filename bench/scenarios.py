@@ -1,0 +1,98 @@
+"""Scenario benchmarks: what the runner costs its clients, and the shipped library at length.
+
+- `runner_overhead` (issue #16 target: at most 5% more client CPU at 20k msg/s): the same
+  scenario (1 node, 2 shards, 6 partitions, 256-byte records, 20k msg/s, one producer
+  process, one consumer process) run with the history recorded and without (the workers then
+  only count, as any client must), in ABBA rounds. Figure: the client processes' CPU seconds
+  per acknowledged message, recorded over bare, median of the rounds.
+- `scenario_library`: every shipped real-mode scenario at its full length (the tests run
+  them short), each with its verdict, sends, p99 outside faults and every fault's recovery;
+  OMB's two workloads run for `OMB_MINUTES` instead of their 15 (`--quick`: every file for
+  a few seconds).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from scenarios.cli import LIBRARY
+from scenarios.runner import run
+from scenarios.spec import load, parse
+
+OVERHEAD_RATE = 20_000  # msg/s: the issue's operating point
+OVERHEAD_BOUND = 1.05  # recorded / bare client CPU per message
+OMB_MINUTES = 2.0  # OMB's workload files say 15; the figures settle in well under 2
+
+
+_OVERHEAD = """
+name: runner-overhead
+cluster: {{shards: 2}}
+workload:
+  topics: 1
+  partitionsPerTopic: 6
+  messageSize: 256
+  producerRate: {rate}
+  subscriptionsPerTopic: 1
+  consumerPerSubscription: 1
+  testDurationSeconds: {seconds}
+"""
+
+
+def run_runner_overhead(args: argparse.Namespace) -> dict[str, Any]:
+    seconds = 8 if args.quick else 30
+    order = [True, False] if args.quick else [True, False, False, True, True, False]
+    scenario = parse(_OVERHEAD.format(rate=OVERHEAD_RATE, seconds=seconds))
+    per_message: dict[bool, list[float]] = {True: [], False: []}
+    rounds = []
+    with tempfile.TemporaryDirectory(prefix="krill-bench-runner-") as tmp:
+        for i, recording in enumerate(order):
+            report = run(scenario, Path(tmp) / f"round-{i}", quiet=True, recording=recording)
+            acked = report["clients"]["producers"]["acked"]
+            cpu = sum(c["cpu_load_s"] for c in report["clients"].values())
+            per_message[recording].append(cpu / acked * 1e6)
+            rounds.append({"recording": recording, "client_cpu_s": round(cpu, 2),
+                           "cpu_us_per_msg": round(cpu / acked * 1e6, 2)})
+    recorded = statistics.median(per_message[True])
+    bare = statistics.median(per_message[False])
+    ratio = recorded / bare
+    return {
+        "case": "runner_overhead", "rate": OVERHEAD_RATE, "seconds": seconds, "rounds": rounds,
+        "cpu_us_per_msg_recorded": round(recorded, 2), "cpu_us_per_msg_bare": round(bare, 2),
+        "ratio": round(ratio, 3), "bound": OVERHEAD_BOUND,
+        "ok": None if args.quick else ratio <= OVERHEAD_BOUND,
+    }
+
+
+def run_scenario_library(args: argparse.Namespace) -> dict[str, Any]:
+    results = []
+    with tempfile.TemporaryDirectory(prefix="krill-bench-library-") as tmp:
+        for path in sorted(LIBRARY.glob("*.yaml")):
+            if path.name.startswith("sim-"):
+                continue  # bench/ runs the simulated flows by seeds (sim_seeds)
+            duration = 4.0 if args.quick else (OMB_MINUTES * 60 if path.name.startswith("omb-")
+                                               else None)
+            scenario = load(path, duration_s=duration)
+            started = time.monotonic()
+            report = run(scenario, Path(tmp) / path.stem, quiet=True)
+            figures = report["figures"]
+            results.append({
+                "file": path.name, "verdict": report["verdict"],
+                "seconds": round(time.monotonic() - started, 1),
+                "sends": figures["sends"], "error_rate": figures["error_rate"],
+                "p99_ms_outside_faults": figures["latency_ms_outside_faults"].get("p99"),
+                "faults": [{k: f.get(k) for k in ("name", "recovery_ms", "outage_ms")}
+                           for f in figures["faults"]],
+                "anomalies": {k: len(v) for k, v in report["anomalies"].items()},
+                "errors": report["errors"],
+            })
+    return {"case": "scenario_library", "quick": bool(args.quick), "scenarios": results,
+            "ok": all(r["verdict"] == "PASS" for r in results)}
+
+
+SCENARIO_CASES = {"runner_overhead": run_runner_overhead,
+                  "scenario_library": run_scenario_library}

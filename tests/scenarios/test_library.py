@@ -1,0 +1,110 @@
+"""Every shipped real-mode scenario, run short by `krill scenario run` as a user runs it:
+real node processes, real clients, the faults the file names, then the checker.
+
+`make bench` runs them at full length (bench/scenarios.py). A run here is the file's whole
+timeline shrunk to a few seconds (`--duration`), so each fault still happens, is undone, and
+the history is checked for every Jepsen anomaly.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from scenarios.cli import LIBRARY
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+_RUN_TIMEOUT_S = 240  # start, the workload, undo, drain, check
+
+SHORT = {  # seconds of workload per file; what each must show beyond "no anomaly"
+    "kill-node-under-load.yaml": 10,
+    "sigstop-shard.yaml": 10,
+    "disk-full.yaml": 12,
+    "fsync-error.yaml": 10,
+    "slow-disk.yaml": 10,
+    "slow-consumer.yaml": 10,
+    "topic-delete-under-load.yaml": 10,
+    "add-partitions-under-load.yaml": 10,
+    "producer-flood.yaml": 10,
+    "soak.yaml": 10,
+    "omb-1-topic-1-partition-1kb.yaml": 5,
+    "omb-1-topic-100-partitions-1kb.yaml": 5,
+}
+
+
+SPEED_CHECKS = {"p99_ms_outside_faults", "min_throughput_ratio", "throughput_ratio"}
+
+
+def run(path: Path, out: Path, *more: str) -> tuple[subprocess.CompletedProcess[str], dict]:
+    done = subprocess.run(
+        [sys.executable, "-m", "scenarios.cli", "scenario", "run", str(path), "--out", str(out),
+         "--quiet", *more], capture_output=True, text=True, cwd=REPO, timeout=_RUN_TIMEOUT_S)
+    report_path = out / "report.json"
+    assert report_path.exists(), done.stderr[-3000:]
+    return done, json.loads(report_path.read_text())
+
+
+def test_every_real_scenario_in_the_library_is_run_here() -> None:
+    real = {p.name for p in LIBRARY.glob("*.yaml") if not p.name.startswith("sim-")}
+    assert real == set(SHORT)
+
+
+@pytest.mark.timeout(_RUN_TIMEOUT_S + 30)
+@pytest.mark.parametrize("name", sorted(SHORT))
+def test_shipped_scenario_passes(name: str, tmp_path: Path) -> None:
+    done, report = run(LIBRARY / name, tmp_path, "--duration", f"{SHORT[name]}s")
+    # Speed bounds are judged at full length by `make bench`, not here on a shared machine:
+    # everything else must hold (no anomaly, no error, recovery and error-rate bounds).
+    assert report["anomalies"] == {}, report["anomalies"]
+    assert report["errors"] == [], report["errors"]
+    for name_, check in report["checks"].items():
+        assert check["ok"] or name_ in SPEED_CHECKS, (name_, check)
+    assert done.returncode == (0 if report["verdict"] == "PASS" else 1), done.stderr[-2000:]
+    sends = report["figures"]["sends"]
+    assert sends["ok"] > 0
+    assert report["figures"]["records_polled"] >= sends["ok"]  # every acked value was read
+    steps = report["steps"]
+    assert all("error" not in step for step in steps)
+    assert len(report["faults"]) == len(steps)
+    for _, start, end in report["faults"]:
+        assert end >= start
+    for picture in ("timeline.png",):
+        assert (tmp_path / picture).stat().st_size > 10_000
+    history = (tmp_path / "history.jsonl").read_text().splitlines()
+    assert sum(1 for line in history if '"op":"send"' in line) == sends["total"]
+
+
+@pytest.mark.timeout(_RUN_TIMEOUT_S + 60)
+def test_check_again_agrees_and_a_lost_record_is_named(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    done, report = run(LIBRARY / "kill-node-under-load.yaml", out, "--duration", "6s")
+    assert done.returncode == 0 and report["verdict"] == "PASS"
+    again = subprocess.run([sys.executable, "-m", "scenarios.cli", "scenario", "check", str(out)],
+                           capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-2000:]
+    assert "PASS" in again.stdout
+
+    # The same history with one acknowledged value taken out of every poll: a lost write.
+    lines = (out / "history.jsonl").read_text().splitlines()
+    acked = next(json.loads(line) for line in lines
+                 if '"op":"send"' in line and '"outcome":"ok"' in line)
+    kept = []
+    for line in lines:
+        op = json.loads(line)
+        if op["op"] == "poll":
+            op["records"] = [r for r in op["records"] if r[3] != acked["value"]]
+        kept.append(json.dumps(op))
+    tampered = tmp_path / "tampered"
+    tampered.mkdir()
+    (tampered / "history.jsonl").write_text("\n".join(kept) + "\n")
+    (tampered / "report.json").write_text((out / "report.json").read_text())
+    again = subprocess.run([sys.executable, "-m", "scenarios.cli", "scenario", "check",
+                            str(tampered)], capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert again.returncode == 1
+    assert "lost-write" in again.stdout and acked["value"] in again.stdout
