@@ -100,6 +100,8 @@ class ShardMetrics:
         self.connections = 0
         self.connections_accepted = 0
         self.cold_reads = 0  # reads that missed the page cache and were warmed first
+        self.fdatasync_errors = 0  # flushes that failed (their logs cut back, acks refused)
+        self.write_errors = 0  # segment writes that failed (ENOSPC, EIO), undone
         self.lifecycle = LifecycleCounts()  # retention and compaction (actors/log_lifecycle.py)
         self._collectors: dict[str, Callable[[], Any]] = {}
 
@@ -139,6 +141,8 @@ class ShardMetrics:
             "connections": self.connections,
             "connections_accepted": self.connections_accepted,
             "cold_reads": self.cold_reads,
+            "fdatasync_errors": self.fdatasync_errors,
+            "write_errors": self.write_errors,
             "lifecycle": self.lifecycle.snapshot(),
             **{name: collect() for name, collect in self._collectors.items()},
         }

@@ -15,6 +15,26 @@ watermark. Every move is published to the shard's watermark table
 (`Services.long_polls.publish`, actors/watermarks.py), which wakes the long polls waiting on
 it and answers reads at the high watermark of an idle partition without a message here.
 
+A full disk: the shard's free-space guard (storage/free_space.py, `storage_min_free_bytes`)
+is asked before anything is appended; under the threshold a produce is answered
+KAFKA_STORAGE_ERROR (retriable) and nothing of it is written, and the next produce after space
+returns is taken as usual. `__consumer_offsets` is let through, as Redpanda lets its internal
+writes through: commits and group state are a few hundred bytes, and groups go on. A segment
+write that still fails (ENOSPC or EIO: the guard is off, or the disk filled between looks) is
+undone to the last whole batch by the log and answered KAFKA_STORAGE_ERROR; the partition goes
+on. Only a log that cannot even be cut back takes no more writes.
+
+A failed fdatasync (the rule, after fsyncgate): nothing that waited on it is acknowledged.
+The log is cut back to its flushed offset, the last offset an fdatasync made durable
+(`DiskLog.flush_failed`), so the bytes whose durability is unknown are gone from the log, not
+left to be served or synced later; the producer table forgets the batches cut (each producer
+then expects the first sequence cut, so its retries come back in order and are neither
+duplicated nor refused); every waiter is answered KAFKA_STORAGE_ERROR; and the partition takes
+writes again at once (if the disk still fails, so does their flush). Consumers never saw the
+cut bytes: the high watermark is the flushed offset. With `write.caching=true` it is the
+written offset, so a cut may take records a consumer read: that topic setting trades this
+away, as Redpanda's write caching does.
+
 A flush runs on the I/O pool with the log's fds, so the log is closed only once no flush is
 out: a topic deleted, or a shard stopped, while one runs closes the log when it returns.
 
@@ -29,6 +49,7 @@ actors/log_lifecycle.py, which the partition drives from a timer and its message
 from __future__ import annotations
 
 import collections
+import errno
 import logging
 import shutil
 import time
@@ -39,6 +60,7 @@ from typing import Any, NamedTuple
 from pykka import ActorDeadError
 
 from actors import limits
+from actors.group import OFFSETS_TOPIC
 from actors.log_lifecycle import DeleteRecordsReply, LogLifecycle
 from actors.producer_state import ProducerStateTable
 from actors.runtime import LoopActor
@@ -46,6 +68,7 @@ from actors.services import Services, now_ms
 from actors.topic_config import TopicSettings
 from actors.watermarks import Published
 from storage import DiskLog, FileSlice, LogConfig, NotCached, OffsetOutOfRange
+from storage.log import AppendFailed
 from storage.page_cache import warm
 from wire.errors import DecodeError, ErrorCode
 from wire.record_batch import BatchHeader, set_log_append_time
@@ -220,6 +243,9 @@ class Partition(LoopActor):
         metrics = services.metrics
         self._stats = None if metrics is None else metrics.partition(topic, index)
         self._failed: ErrorCode | None = None
+        # The shard's free-space guard, for the partitions that take clients' writes.
+        self._disk_space = None if topic == OFFSETS_TOPIC else services.disk_space
+        self._flush_failures = 0  # failed flushes in a row (one log line per run of them)
         self._log: DiskLog | None = None
         self._lifecycle = LogLifecycle(self)
         self._handlers: dict[type, Callable[[Any], None]] = {
@@ -263,7 +289,10 @@ class Partition(LoopActor):
             return
         self._log = None
         if self._deleted is None:
-            log_.flush()  # shutting down: whatever was written is made durable
+            try:
+                log_.flush()  # shutting down: whatever was written is made durable
+            except OSError as e:  # nothing waits for it now; start-up recovery checks
+                log.error("%s: last flush failed: %r", self, e)
         log_.close()
         if self._deleted is not None:
             trash = self._deleted
@@ -352,6 +381,14 @@ class Partition(LoopActor):
         if log_ is None or self._failed is not None:
             self._answer(m, ProduceResult(self._failed or ErrorCode.NOT_LEADER_OR_FOLLOWER))
             return
+        first, last = m.headers[0], m.headers[-1]
+        size = last.position + last.size - first.position
+        guard = self._disk_space
+        if guard is not None and not guard.admits(size):
+            message = (f"free space on the data disk ({guard.free_bytes} bytes) is under "
+                       f"storage_min_free_bytes ({guard.min_free_bytes})")
+            self._answer(m, ProduceResult(ErrorCode.KAFKA_STORAGE_ERROR, message=message))
+            return
         limit = self.settings.max_message_bytes
         for header in m.headers:
             if header.size > limit:
@@ -372,13 +409,25 @@ class Partition(LoopActor):
             for header in m.headers:
                 set_log_append_time(m.records, header, now)
         first_base = log_.next_offset
-        result = log_.append(m.records, m.headers, self.leader_epoch, now)  # type: ignore[arg-type]
+        try:
+            result = log_.append(
+                m.records, m.headers, self.leader_epoch, now)  # type: ignore[arg-type]
+        except AppendFailed as e:
+            self._append_failed(m, e)
+            return
+        except OSError as e:  # the undo failed too: the files cannot be trusted
+            log.critical("%s: append failed and cannot be undone: %r; partition offline",
+                         self, e)
+            self.storage_failed()
+            self._answer(m, ProduceResult(ErrorCode.KAFKA_STORAGE_ERROR))
+            return
         self._record_producers(m.headers, first_base)
-        appended = m.headers[-1].position + m.headers[-1].size - m.headers[0].position
-        self._unflushed_bytes += appended
+        self._unflushed_bytes += size
+        if self._disk_space is not None:
+            self._disk_space.appended(size)
         stats = self._stats
         if stats is not None:
-            stats.produced_bytes += appended
+            stats.produced_bytes += size
             stats.produced_records += result.last_offset + 1 - result.base_offset
         produced = ProduceResult(
             ErrorCode.NONE, result.base_offset, append_time, log_.log_start_offset
@@ -389,6 +438,17 @@ class Partition(LoopActor):
         elif m.reply is not None:
             self._waiters.append((result.last_offset + 1, m.reply, produced))
         self._start_flush()
+
+    def _append_failed(self, m: Produce, failure: AppendFailed) -> None:
+        """A segment write failed; the log undid the append: refuse it, take the next."""
+        log.error("%s: append failed, undone: %s", self, failure.error)
+        if failure.error.errno == errno.ENOSPC and self.services.disk_space is not None:
+            self.services.disk_space.write_failed()  # refuse the rest until a look finds room
+        metrics = self.services.metrics
+        if metrics is not None:
+            metrics.write_errors += 1
+        message = f"write failed: {failure.error.strerror or failure.error}"
+        self._answer(m, ProduceResult(ErrorCode.KAFKA_STORAGE_ERROR, message=message))
 
     def _keyed(self, m: Produce) -> bool:
         """Whether every record has a key (Kafka checks this for compacted topics, the one
@@ -483,25 +543,60 @@ class Partition(LoopActor):
         except ActorDeadError:  # stopped while it ran: the log waited for it to close
             self._flushing = False
             if self._log is not None:
-                self._log.flush_complete(ticket)
+                self._settle_ticket(ticket, error)
             self._close_log()
+
+    def _settle_ticket(self, ticket: Any, error: BaseException | None) -> bool:
+        """Hand the returned ticket to the log: False if its flush failed (the log is cut
+        back to its flushed offset, the producer table with it)."""
+        assert self._log is not None
+        if error is None:
+            self._log.flush_complete(ticket)
+            return True
+        written = self._log.written_offset
+        try:
+            self._log.flush_failed(ticket)
+        except OSError as e:
+            log.critical("%s: cannot cut the log back after a failed fdatasync: %r; "
+                         "partition offline", self, e)
+            self.storage_failed()
+            return False
+        durable = self._log.next_offset
+        self._producers.forget_from(durable)
+        self._unflushed_bytes = 0
+        self._flush_failures += 1
+        if self._flush_failures == 1:
+            log.error("%s: fdatasync failed: %r; offsets %d..%d cut, their produces answered "
+                      "KAFKA_STORAGE_ERROR", self, error, durable, written - 1)
+        else:
+            log.debug("%s: fdatasync failed again (%d in a row): %r", self,
+                      self._flush_failures, error)
+        return False
 
     def _flush_done(self, m: _FlushDone) -> None:
         self._flushing = False
         if self._log is None:
             return
         if self._deleted is not None:
-            self._log.flush_complete(m.ticket)
+            self._settle_ticket(m.ticket, m.error)
             self._finish_delete()
             return
-        if m.error is not None:
-            # The data may not be on disk: never acknowledge it. Kafka takes the log dir
-            # offline on an I/O error; this partition stops taking writes.
-            log.critical("%s: fdatasync failed: %r; partition offline", self, m.error)
-            self._failed = ErrorCode.KAFKA_STORAGE_ERROR
+        if not self._settle_ticket(m.ticket, m.error):
+            # What waited may not be on disk, and is no longer in the log: never acknowledge
+            # it (the module docstring has the rule). Writes go on.
+            metrics = self.services.metrics
+            if metrics is not None:
+                metrics.fdatasync_errors += 1
+            if self.high_watermark > self._log.next_offset:  # write.caching=true only
+                self.high_watermark = self._log.next_offset
+                self._publish()
             self._fail_waiters(ErrorCode.KAFKA_STORAGE_ERROR)
+            self._lifecycle.close_retired()
             return
-        self._log.flush_complete(m.ticket)
+        if self._flush_failures:
+            log.warning("%s: fdatasync works again after %d failures", self,
+                        self._flush_failures)
+            self._flush_failures = 0
         self._lifecycle.close_retired()
         flushed = self._log.flushed_offset
         if not self.settings.write_caching:

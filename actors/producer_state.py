@@ -56,6 +56,9 @@ class _Producer:
     batches: collections.deque[RememberedBatch] = field(
         default_factory=lambda: collections.deque(maxlen=limits.producer_batches_remembered)
     )
+    # The sequence its next batch must start at when no batch is remembered: set when a
+    # truncation took them all (`forget_from`), so the producer's retries come in order.
+    next_sequence: int | None = None
 
 
 class ProducerStateTable:
@@ -81,9 +84,10 @@ class ProducerStateTable:
         for batch in producer.batches:
             if batch.first_sequence == first_sequence and batch.last_sequence == last_sequence:
                 return SequenceCheck(duplicate=batch)
+        expected = producer.next_sequence
         if producer.batches:
             expected = _next_sequence(producer.batches[-1].last_sequence, 1)
-            if first_sequence != expected:
+        if expected is not None and first_sequence != expected:
                 return SequenceCheck(error=ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER)
         return SequenceCheck()
 
@@ -114,9 +118,17 @@ class ProducerStateTable:
         return {p.batches[-1].first_offset for p in self._producers.values() if p.batches}
 
     def forget_from(self, offset: int) -> None:
-        """Drop every remembered batch at or after `offset` (the log was truncated there)."""
-        for producer_id in list(self._producers):
-            producer = self._producers[producer_id]
+        """Drop every remembered batch at or after `offset` (the log was truncated there).
+
+        A producer expects next the first sequence cut, as if those batches had never come:
+        their retries are taken, in order, and a later batch that overtakes them is out of
+        order (the client retries it after them). Even with every batch of it cut, it does
+        not become unknown (which would take any sequence)."""
+        for producer in self._producers.values():
+            cut = [b for b in producer.batches if b.last_offset >= offset]
+            if not cut:
+                continue
             kept = [b for b in producer.batches if b.last_offset < offset]
             producer.batches.clear()
             producer.batches.extend(kept)
+            producer.next_sequence = cut[0].first_sequence

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     from actors.metrics import ShardMetrics
     from actors.watermarks import Published, Waiter
+    from storage.free_space import FreeSpaceGuard
 
 __all__ = [
     "BrokerSettings", "LongPolls", "Memory", "TopicInfo", "TopicTable", "Services", "now_ms",
@@ -108,6 +109,8 @@ class Services(Protocol):
     memory: Memory
     long_polls: LongPolls
     metrics: ShardMetrics | None  # None: `disable_metrics`, record nothing
+    # The shard's free-space guard (storage_min_free_bytes); None: no guard (unit tests).
+    disk_space: FreeSpaceGuard | None
 
     def topics(self) -> TopicTable:
         """The current topic table snapshot."""

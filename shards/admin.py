@@ -7,6 +7,21 @@
     GET /v1/cluster/health_overview is the cluster healthy: nodes down, leaderless partitions
     GET /v1/node                    this node: id, addresses, shards, uptime
 
+Failure probes, after Redpanda's `/v1/failure-probes`, for fault-injection tests and the
+scenario runner's slow-disk and fdatasync-error faults (storage/probes.py). They answer 403
+unless the node runs with `enable_failure_injection: true`. Each request goes to every shard;
+the answer is JSON, `{"probes": {name: {...}}, "shards": [probes of shard 0, ...]}`, 200 once
+every shard took it, 503 if one did not answer (then some shards may have it: retry).
+
+    GET    /v1/failure-probes                              the probes set
+    PUT    /v1/failure-probes/storage/fdatasync/exception  every later partition-log fdatasync
+                                                            fails with EIO (the real failure
+                                                            path: logs cut back, acks refused)
+    PUT    /v1/failure-probes/storage/fdatasync/delay?ms=N every one takes N ms more, slept
+                                                            on the I/O thread (a slow disk)
+    DELETE /v1/failure-probes                              clear every probe
+    DELETE /v1/failure-probes/storage/fdatasync/{exception,delay}   clear one
+
 The supervisor runs it on a thread of its own, off every shard's core loop. Each request for
 metrics or health asks every shard for a snapshot over its stats socket (shards/stats.py) and
 builds the answer from those: what a shard records costs it a counter increment
@@ -30,6 +45,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 import msgpack
 import zmq
@@ -44,6 +60,7 @@ from prometheus_client.core import (
 from actors.metrics import FLUSH_BYTES_BUCKETS, LATENCY_BUCKETS_S
 from shards import limits
 from shards.stats import stats_path
+from storage.probes import PROBE_NAMES
 from wire.messages import API_KEYS
 
 __all__ = ["AdminServer", "Node", "gather", "health_overview", "render_metrics"]
@@ -51,6 +68,7 @@ __all__ = ["AdminServer", "Node", "gather", "health_overview", "render_metrics"]
 log = logging.getLogger(__name__)
 
 _PRODUCE, _FETCH = 0, 1
+_PROBES_PATH = "/v1/failure-probes"
 _NAMESPACE = "kafka"
 
 
@@ -66,6 +84,7 @@ class Node:
     started: float
     metrics_enabled: bool
     shard_pids: Callable[[], list[int | None]]  # None: that shard's process is not running
+    failure_injection: bool = False  # /v1/failure-probes may be used
 
 
 # Snapshots ----------------------------------------------------------------------------------
@@ -73,6 +92,14 @@ class Node:
 
 def gather(node: Node, timeout_s: float = limits.stats_timeout_s) -> list[dict[str, Any] | None]:
     """Every shard's snapshot, in shard order; None for a shard that did not answer in time."""
+    return ask_shards(node, {"q": "snapshot"}, timeout_s)
+
+
+def ask_shards(
+    node: Node, request: dict[str, Any], timeout_s: float = limits.stats_timeout_s
+) -> list[dict[str, Any] | None]:
+    """Send `request` to every shard's stats socket; the answers in shard order, None for a
+    shard that did not answer in time."""
     context: zmq.Context[Any] = zmq.Context.instance()
     sockets = []
     try:
@@ -80,7 +107,7 @@ def gather(node: Node, timeout_s: float = limits.stats_timeout_s) -> list[dict[s
             sock = context.socket(zmq.DEALER)
             sock.setsockopt(zmq.LINGER, 0)
             sock.connect("ipc://" + stats_path(node.run_dir, shard))
-            sock.send(msgpack.packb({"q": "snapshot"}))
+            sock.send(msgpack.packb(request))
             sockets.append(sock)
         answers: list[dict[str, Any] | None] = [None] * node.shards
         poller = zmq.Poller()
@@ -219,6 +246,12 @@ class _Collector:
                                     "directory's disk", value=disk.f_blocks * disk.f_frsize)
         except OSError:
             pass
+        # Redpanda's values: 0 ok, 1 low space, 2 degraded (under storage_min_free_bytes:
+        # produces refused). Krill has no low-space warning level: 0 or 2.
+        alert = any(s.get("disk_alert") for _, s in live)
+        yield GaugeMetricFamily("redpanda_storage_disk_free_space_alert", "2 while a shard "
+                                "refuses produces for want of free space, else 0",
+                                value=2 if alert else 0)
         yield CounterMetricFamily("redpanda_application_uptime_seconds", "Node uptime",
                                   value=time.time() - self.node.started)
 
@@ -258,6 +291,13 @@ class _Collector:
             for topic, index, _, log_start in s["partitions"]:
                 start.add_metric([topic, str(index), str(i)], log_start)
         yield start
+        yield _gauge_with("krill_storage_disk_free_bytes", "Free bytes on the data disk as "
+                          "the shard's guard counts them (last look less appends since)",
+                          shard_labels, [([str(i)], s["disk_free_bytes"]) for i, s in live
+                                         if s.get("disk_free_bytes") is not None])
+        yield _gauge_with("krill_storage_disk_free_space_alert", "1 while the shard refuses "
+                          "produces: free space under storage_min_free_bytes", shard_labels,
+                          [([str(i)], s.get("disk_alert", 0)) for i, s in live])
         yield _counter_with("krill_kafka_connections_refused", "Connections refused over "
                             "kafka_connections_max", shard_labels,
                             [([str(i)], s["connections_refused"]) for i, s in live])
@@ -311,6 +351,12 @@ def _recorded(recorded: list[tuple[str, dict[str, Any]]]) -> Iterator[Metric]:
                       [([s], m["connections"]) for s, m in recorded])
     yield _counter_with("krill_kafka_connections_accepted", "Kafka connections accepted",
                         ["shard"], [([s], m["connections_accepted"]) for s, m in recorded])
+    yield _counter_with("krill_storage_fdatasync_errors", "Flushes whose fdatasync failed "
+                        "(the log cut back to its flushed offset, their produces refused)",
+                        ["shard"], [([s], m.get("fdatasync_errors", 0)) for s, m in recorded])
+    yield _counter_with("krill_storage_write_errors", "Segment writes that failed (ENOSPC, "
+                        "EIO) and were undone", ["shard"],
+                        [([s], m.get("write_errors", 0)) for s, m in recorded])
     yield _counter_with("krill_storage_cold_reads", "Reads that missed the page cache and "
                         "were read in on the I/O pool first", ["shard"],
                         [([s], m["cold_reads"]) for s, m in recorded])
@@ -470,44 +516,96 @@ class _Handler(BaseHTTPRequestHandler):
     in_flight = threading.BoundedSemaphore(limits.admin_requests_in_flight_max)
 
     def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        self._bounded(self._get)
+
+    def do_PUT(self) -> None:  # noqa: N802
+        self._bounded(self._probes)
+
+    def do_DELETE(self) -> None:  # noqa: N802
+        self._bounded(self._probes)
+
+    def _bounded(self, serve: Callable[[str], None]) -> None:
         if not self.in_flight.acquire(blocking=False):
             self._send(503, b"too many admin requests at once; retry\n")
             return
+        path = self.path.split("?", 1)[0].rstrip("/") or "/"
         try:
-            self._get()
+            serve(path)
+        except Exception:  # our bug: answer 500, keep serving
+            log.exception("admin: %s %s failed", self.command, path)
+            self._send(500, b"internal error\n")
         finally:
             self.in_flight.release()
 
-    def _get(self) -> None:
-        path = self.path.split("?", 1)[0].rstrip("/") or "/"
+    def _get(self, path: str) -> None:
         node = self.node
-        try:
-            if path in ("/metrics", "/public_metrics"):
-                if not node.metrics_enabled:
-                    self._send(404, b"metrics are disabled (disable_metrics: true)\n")
+        if path.startswith(_PROBES_PATH):
+            self._probes(path)
+        elif path in ("/metrics", "/public_metrics"):
+            if not node.metrics_enabled:
+                self._send(404, b"metrics are disabled (disable_metrics: true)\n")
+                return
+            body = render_metrics(node, gather(node), public=path == "/public_metrics")
+            self._send(200, body, "text/plain; version=0.0.4; charset=utf-8")
+        elif path == "/v1/status/ready":
+            snapshots = gather(node)
+            ready = all(s is not None and s["ready"] for s in snapshots)
+            self._json(200 if ready else 503, {"status": "ready" if ready else "booting"})
+        elif path == "/v1/status/live":
+            live = all(pid is not None for pid in node.shard_pids())
+            self._json(200 if live else 503, {"status": "live" if live else "dead"})
+        elif path == "/v1/cluster/health_overview":
+            self._json(200, health_overview(node, gather(node)))
+        elif path == "/v1/node":
+            self._json(200, {
+                "node_id": node.node_id, "kafka": node.kafka_address,
+                "shards": node.shards, "data_dir": node.data_dir,
+                "uptime_s": round(time.time() - node.started, 3),
+            })
+        else:
+            self._send(404, f"no such endpoint: {path}\n".encode())
+
+    def _probes(self, path: str) -> None:
+        """/v1/failure-probes (the module docstring)."""
+        if not path.startswith(_PROBES_PATH):
+            self._send(404, f"no such endpoint: {path}\n".encode())
+            return
+        if not self.node.failure_injection:
+            self._send(403, b"failure injection is off: start the node with "
+                            b"--enable-failure-injection (enable_failure_injection: true)\n")
+            return
+        name = path[len(_PROBES_PATH):].strip("/") or None
+        if name is not None and name not in PROBE_NAMES:
+            self._send(404, f"no such failure probe: {name} (known: "
+                            f"{', '.join(PROBE_NAMES)})\n".encode())
+            return
+        request: dict[str, Any] = {"q": "probes", "op": "list"}
+        if self.command == "DELETE":
+            request.update(op="clear", probe=name)
+        elif self.command == "PUT":
+            if name is None:
+                self._send(405, b"PUT names a probe: /v1/failure-probes/<probe>\n")
+                return
+            request.update(op="set", probe=name)
+            if PROBE_NAMES[name]:
+                query = parse_qs(urlsplit(self.path).query)
+                ms = query.get("ms", [""])[0]
+                if not ms.isdigit() or not 0 < int(ms) <= limits.failure_probe_delay_ms_max:
+                    self._send(400, f"{name} takes ?ms=N, N in 1.."
+                                    f"{limits.failure_probe_delay_ms_max}\n".encode())
                     return
-                body = render_metrics(node, gather(node), public=path == "/public_metrics")
-                self._send(200, body, "text/plain; version=0.0.4; charset=utf-8")
-            elif path == "/v1/status/ready":
-                snapshots = gather(node)
-                ready = all(s is not None and s["ready"] for s in snapshots)
-                self._json(200 if ready else 503, {"status": "ready" if ready else "booting"})
-            elif path == "/v1/status/live":
-                live = all(pid is not None for pid in node.shard_pids())
-                self._json(200 if live else 503, {"status": "live" if live else "dead"})
-            elif path == "/v1/cluster/health_overview":
-                self._json(200, health_overview(node, gather(node)))
-            elif path == "/v1/node":
-                self._json(200, {
-                    "node_id": node.node_id, "kafka": node.kafka_address,
-                    "shards": node.shards, "data_dir": node.data_dir,
-                    "uptime_s": round(time.time() - node.started, 3),
-                })
-            else:
-                self._send(404, f"no such endpoint: {path}\n".encode())
-        except Exception:  # our bug: answer 500, keep serving
-            log.exception("admin: %s failed", path)
-            self._send(500, b"internal error\n")
+                request["ms"] = int(ms)
+        answers = ask_shards(self.node, request)
+        errors = {a["error"] for a in answers if a is not None and "error" in a}
+        if errors:
+            self._send(400, f"{'; '.join(sorted(errors))}\n".encode())
+            return
+        shards = [None if a is None else a["probes"] for a in answers]
+        merged: dict[str, Any] = {}
+        for probes in shards:
+            merged.update(probes or {})
+        complete = all(a is not None for a in answers)
+        self._json(200 if complete else 503, {"probes": merged, "shards": shards})
 
     def _json(self, status: int, value: Any) -> None:
         self._send(status, json.dumps(value).encode() + b"\n", "application/json")

@@ -114,6 +114,12 @@ class NodeConfig:
     group_offset_retention_sec: int = 7 * 24 * 3600
     group_offset_retention_check_ms: int = 600_000
     storage_mode: str = "buffered"  # "buffered" (page cache) or "direct" (O_DIRECT)
+    # Produces are refused (KAFKA_STORAGE_ERROR) while the data disk has less free than this
+    # (Redpanda's name; storage/free_space.py); 0: no guard, writes go until ENOSPC.
+    storage_min_free_bytes: int = limits.storage_min_free_bytes
+    # The admin API's /v1/failure-probes (slow or failing fdatasync) may be used (Redpanda's
+    # name); off, they answer 403. For fault-injection tests and scenarios, never production.
+    enable_failure_injection: bool = False
     log_level: str = "info"
 
     def __post_init__(self) -> None:
@@ -142,6 +148,9 @@ class NodeConfig:
         if self.log_cleanup_interval_ms < 1:
             raise ConfigError("log_cleanup_interval_ms must be at least 1, not "
                               f"{self.log_cleanup_interval_ms}")
+        if self.storage_min_free_bytes < 0:
+            raise ConfigError("storage_min_free_bytes must be 0 (no guard) or more, not "
+                              f"{self.storage_min_free_bytes}")
         if self.pipe_arena_bytes < 0:
             raise ConfigError(f"pipe_arena_bytes must not be negative, not {self.pipe_arena_bytes}")
         for name in ("group_offset_retention_sec", "group_offset_retention_check_ms"):
@@ -226,6 +235,7 @@ _FIELD_TYPES: dict[str, type] = {
     "kafka_connections_max": int, "topic_partitions_per_shard": int,
     "group_initial_rebalance_delay_ms": int, "group_offset_retention_sec": int,
     "group_offset_retention_check_ms": int, "storage_mode": str, "log_level": str,
+    "storage_min_free_bytes": int, "enable_failure_injection": bool,
 }
 _OPTIONAL_FIELDS = ("advertise_host", "advertise_port")
 assert set(_FIELD_TYPES) == {f.name for f in dataclasses.fields(NodeConfig)}

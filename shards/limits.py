@@ -43,6 +43,17 @@ remote_segment_fds_max = 1024
 # per connection fit many times over.
 shard_memory_budget_bytes = 256 * 1024 * 1024
 
+# Free space on the data disk (storage/free_space.py) -----------------------------------------
+# Produces are refused with KAFKA_STORAGE_ERROR while the data directory's filesystem has less
+# than this free (node setting storage_min_free_bytes). Redpanda's default is 5 GiB; 1 GiB
+# holds what every shard can append between two looks many times over (a full memory budget,
+# 256 MiB, of produces in flight), room for a clean or a segment swap, and still fits the
+# small disks of CI machines and laptops.
+storage_min_free_bytes = 1024 * 1024 * 1024
+# Each shard looks at its data directory's free space (statvfs, on its read pool) this often;
+# between looks it counts what it appends.
+disk_space_check_interval_s = 1.0
+
 # Pipes between shards (shards/pipes.py) ---------------------------------------------------
 # Messages ZeroMQ queues on each end of one pipe (SNDHWM on the writer, RCVHWM on the reader).
 # Messages carry batches (up to message_max_bytes), so this bounds a pipe's memory to a few
@@ -97,5 +108,8 @@ stats_timeout_s = 5.0
 admin_requests_in_flight_max = 16
 # An admin connection that sends nothing for this long is closed (it holds a thread).
 admin_socket_timeout_s = 10.0
+# Longest delay a failure probe may add to each fdatasync (/v1/failure-probes): a minute
+# keeps a mistyped figure from hanging a node's flushes for hours.
+failure_probe_delay_ms_max = 60_000
 # Leaderless partitions /v1/cluster/health_overview lists by name (all are counted).
 health_partitions_listed_max = 100

@@ -51,6 +51,7 @@ from actors.topic_config import TopicSettings
 from shards import limits
 from shards.arena import ArenaLease, ArenaSet
 from shards.config import NodeConfig
+from shards.disk_space import DiskSpaceWatch
 from shards.io_pool import IoPool
 from shards.memory import MemoryBudget
 from shards.pipes import PipeBroken, ZmqPipeMesh
@@ -61,6 +62,8 @@ from shards.shard_table import shard_of
 from shards.stats import StatsEndpoint
 from shards.threads import demote_helper_threads
 from shards.watch import WatchService
+from storage.free_space import FreeSpaceGuard
+from storage.probes import PROBES, clear_probe, set_probe
 from wire.frame import SCRATCH_BYTES
 
 __all__ = ["Shard", "main"]
@@ -111,6 +114,7 @@ class Shard:
             partitions_max=config.topic_partitions_per_shard * shards,
         )
         self.metrics = None if config.disable_metrics else ShardMetrics()
+        self.disk_space = FreeSpaceGuard(config.storage_min_free_bytes)
         # One receive buffer for all this shard's connections: they read one at a time.
         self.frame_scratch = bytearray(SCRATCH_BYTES)
         self._listen_fd = listen_fd
@@ -122,6 +126,7 @@ class Shard:
         self._connection_count = 0
         self._refused_connections = 0
         self._stats: StatsEndpoint | None = None
+        self._disk_watch: DiskSpaceWatch | None = None
         self._stats_context: zmq.Context[Any] | None = None
         self._ready = False
         self._started = time.time()
@@ -329,9 +334,13 @@ class Shard:
                 self, self.loop, self.config.reader_listen, _reader_advertised(self.config),
                 listening_fd=self._reader_fd,
             )
+        self._disk_watch = DiskSpaceWatch(
+            self.loop, self.disk_space, self.settings.data_dir, self.read_blocking)
+        self._disk_watch.start()
         self._stats_context = zmq.Context(io_threads=1)
         self._stats = StatsEndpoint(
-            self.loop, self._stats_context, self.run_dir, self.shard_id, self.snapshot
+            self.loop, self._stats_context, self.run_dir, self.shard_id, self.snapshot,
+            {"probes": self._failure_probes},
         )
         for signum in (signal.SIGTERM, signal.SIGINT):
             self.loop.add_signal_handler(signum, self.stop)
@@ -376,8 +385,30 @@ class Shard:
             "io_outstanding": self._io.outstanding,
             "read_io_outstanding": self._read_io.outstanding,
             "connections_refused": self._refused_connections,
+            "disk_free_bytes": self.disk_space.free_bytes,
+            "disk_alert": int(self.disk_space.alert),
             "metrics": None if self.metrics is None else self.metrics.snapshot(),
         }
+
+    def _failure_probes(self, request: dict[str, Any]) -> dict[str, Any]:
+        """The admin API's /v1/failure-probes, on this shard (shards/stats.py): set or clear
+        a probe (storage/probes.py), then say which are set."""
+        if not self.config.enable_failure_injection:
+            return {"error": "failure injection is off (enable_failure_injection: false)"}
+        op, name = request.get("op"), request.get("probe")
+        try:
+            if op == "set":
+                set_probe(str(name), int(request.get("ms", 0)))
+                log.warning("shard %d: failure probe %s set %s", self.shard_id, name,
+                            request.get("ms", ""))
+            elif op == "clear":
+                clear_probe(None if name is None else str(name))
+                log.warning("shard %d: failure probe %s cleared", self.shard_id, name or "(all)")
+            elif op != "list":
+                return {"error": f"unknown probe operation {op!r}"}
+        except (KeyError, ValueError, TypeError):
+            return {"error": f"bad probe request {request!r}"}
+        return {"probes": PROBES.describe()}
 
     def _on_pipe_message(self, source: int, header: Any, frames: list[Any]) -> None:
         assert self._router is not None
@@ -445,6 +476,8 @@ class Shard:
         if self._stats is not None:
             self._stats.close()
             self._stats = None
+        if self._disk_watch is not None:
+            self._disk_watch.close()
         stop_all_actors()
         self.loop.call_soon(self._check_stopped, self.loop.time() + limits.shard_drain_timeout_s)
 

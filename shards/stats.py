@@ -7,6 +7,9 @@ metrics (actors/metrics.py), the partitions it owns with their published waterma
 gauges of everything that could grow (memory budget, long-poll watches, cross-shard calls,
 arena regions). The snapshot is built on the loop thread between two messages, so it reads
 every actor's published state consistently, and costs the shard one turn per scrape.
+
+The same socket takes the shard's commands, one map each way: `{"q": "probes", ...}` sets or
+clears the failure probes of the admin API's /v1/failure-probes (shards/admin.py).
 """
 
 from __future__ import annotations
@@ -45,8 +48,10 @@ class StatsEndpoint:
         run_dir: str,
         shard_id: int,
         snapshot: Callable[[], dict[str, Any]],
+        commands: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] | None = None,
     ) -> None:
         self._snapshot = snapshot
+        self._commands = commands or {}
         socket = context.socket(zmq.ROUTER)
         socket.setsockopt(zmq.LINGER, 0)
         socket.setsockopt(zmq.MAXMSGSIZE, limits.stats_request_bytes_max)
@@ -65,10 +70,14 @@ class StatsEndpoint:
             request = msgpack.unpackb(frames[0].buffer) if len(frames) == 1 else None
         except Exception:  # only the supervisor talks here: a bad request is its bug
             request = None
-        if not isinstance(request, dict) or request.get("q") != "snapshot":
+        query = request.get("q") if isinstance(request, dict) else None
+        if query == "snapshot":
+            started = time.monotonic()
+            answer = self._snapshot()
+            answer["snapshot_seconds"] = time.monotonic() - started
+        elif isinstance(request, dict) and query in self._commands:
+            answer = self._commands[query](request)
+        else:
             log.error("stats: bad request of %d frames dropped", len(frames))
             return
-        started = time.monotonic()
-        snapshot = self._snapshot()
-        snapshot["snapshot_seconds"] = time.monotonic() - started
-        self._router.send(identity, [msgpack.packb(snapshot, use_bin_type=True)])
+        self._router.send(identity, [msgpack.packb(answer, use_bin_type=True)])

@@ -107,6 +107,7 @@ def run(config: NodeConfig) -> int:
         started=time.time(),
         metrics_enabled=not config.disable_metrics,
         shard_pids=lambda: [c.pid if _running(c.pid) else None for c in children],
+        failure_injection=config.enable_failure_injection,
     )
     admin = AdminServer(admin_socket, node)
     admin.start()

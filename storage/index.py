@@ -3,7 +3,8 @@
 Both are append-only files of fixed-size big-endian entries, mirrored in memory as two arrays
 that are binary-searched. They are hints, never the truth: recovery rebuilds an index from the
 log whenever it disagrees with it, so new entries stay in memory until the next flush ticket
-(or close) writes them with one `pwrite`, and are synced alongside the log.
+(or close) writes them with one `pwrite`, and are synced alongside the log. A write a full disk
+refuses is tried again at the next ticket; the file stays a prefix of whole entries.
 
     .index      entry = relative offset int32, file position int32    (one per ~4 KiB of log)
     .timeindex  entry = max timestamp int64, relative offset int32    (when the max grew)
@@ -96,8 +97,15 @@ class _EntryFile:
         if self._persisted == len(self.keys) or self.deleted:
             return
         data = self.encode(self._persisted)
-        written = os.pwrite(self._open(), data, self._persisted * self._entry.size)
-        assert written == len(data), (self.path, written)
+        end = self._persisted * self._entry.size
+        try:
+            written = os.pwrite(self._open(), data, end)
+        except OSError as e:  # a full disk: the entries stay in memory, the file a prefix
+            log.debug("%s: entries not written: %s", self.path, e)
+            return
+        if written != len(data):  # the disk filled part way: keep the file whole entries
+            os.ftruncate(self._open(), end)
+            return
         self._persisted = len(self.keys)
 
     def truncate_entries(self, count: int) -> None:

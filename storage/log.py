@@ -14,6 +14,19 @@ Offsets: batch i of an append gets base offset next_offset, then each batch star
 the previous batch's last offset. Example: next_offset 10, batches of 3 and 2 records ->
 bases 10 and 13, AppendResult(base_offset=10, last_offset=14), next_offset 15.
 
+A flush that fails (an fdatasync raising EIO, or anything else) promises nothing about what
+it covered: after a failed fdatasync the kernel may have dropped the dirty pages, and a later
+fdatasync would succeed without them (fsyncgate). So `flush_failed` cuts the log back to
+`flushed_offset`, the last offset a flush did make durable; the caller fails everything that
+waited on the flush and rewinds what it derived from the cut batches:
+
+    flushed 100, written 150, next 180; ticket(150) fails
+    log.flush_failed(ticket)         # next = written = flushed = 100; bytes 100.. are gone
+
+An append that fails (ENOSPC or EIO from a segment write) is undone the same way before it
+raises `AppendFailed`: the files are cut back to the last whole batch before it, so a full
+disk never leaves a torn batch behind, and the log takes appends again at once.
+
 Reads return whole batches from one segment, starting with the batch that holds the offset.
 DiskLog returns a FileSlice for os.sendfile; the slice's fd stays open until `close()`. A read
 with `nowait` (a shard's loop) never waits on the disk: a header it needs or the slice it
@@ -32,7 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple, Protocol
 
-from storage import limits
+from storage import limits, probes
 from storage.metadata_file import read_json, write_atomic_at
 from storage.page_cache import NotCached, cached, no_readahead
 from storage.recovery import open_segments
@@ -41,6 +54,7 @@ from storage.segment import BatchInfo, OpenFile, Segment
 from wire.record_batch import BatchHeader, patch_base_offset
 
 __all__ = [
+    "AppendFailed",
     "AppendResult",
     "DiskLog",
     "FileSlice",
@@ -99,6 +113,15 @@ class OffsetOutOfRange(Exception):
     """A read below log_start_offset or above next_offset (Kafka OFFSET_OUT_OF_RANGE)."""
 
 
+class AppendFailed(Exception):
+    """A segment write failed (`error`: ENOSPC, EIO, ...); the log is as it was before the
+    append, nothing of it on disk."""
+
+    def __init__(self, error: OSError) -> None:
+        super().__init__(f"append failed: {error}")
+        self.error = error
+
+
 class AppendResult(NamedTuple):
     base_offset: int  # first record of the first batch
     last_offset: int  # last record of the last batch
@@ -117,7 +140,7 @@ class FlushTicket:
 
     def run(self) -> None:
         for fd in self._fds:
-            os.fdatasync(fd)
+            probes.fdatasync(fd)  # os.fdatasync, unless a failure probe is set
 
     def __repr__(self) -> str:
         return f"FlushTicket(offset={self.offset}, fds={len(self._fds)})"
@@ -239,11 +262,32 @@ class FlushAccounting:
         self.flushed_offset = max(self.flushed_offset, min(durable, self.written_offset))
         self._check_offsets()
 
+    def flush_failed(self, ticket: FlushTicket) -> None:
+        """The ticket's run raised: cut the log back to `flushed_offset` (see the module
+        docstring). Raises OSError if even the cut fails: then the files cannot be trusted."""
+        assert ticket is self._ticket, (ticket, self._ticket)
+        self._ticket = None
+        self._ticket_failed()
+        self._truncated_to = None
+        self.truncate(self.flushed_offset)
+
+    def _ticket_failed(self) -> None:
+        """Whatever the failed ticket was to sync is to be synced by the next one."""
+        self._ticket_segments = set()
+
+    def truncate(self, offset: int) -> None:
+        raise NotImplementedError
+
     def flush(self) -> None:
-        """prepare + run + complete inline (tests, shutdown)."""
+        """prepare + run + complete inline (tests, shutdown); a failure cuts the log back,
+        as `flush_failed` does, and raises."""
         ticket = self.flush_prepare()
         if ticket is not None:
-            ticket.run()
+            try:
+                ticket.run()
+            except OSError:
+                self.flush_failed(ticket)
+                raise
             self.flush_complete(ticket)
 
 
@@ -299,9 +343,20 @@ class DiskLog(FlushAccounting):
     ) -> AppendResult:
         assert not self._closed
         self._check_offsets()
-        batches = assign_offsets(records, headers, leader_epoch, self.next_offset)
-        view = memoryview(records)
-        start = headers[0].position
+        first_offset = self.next_offset
+        batches = assign_offsets(records, headers, leader_epoch, first_offset)
+        try:
+            self._write_batches(memoryview(records), headers[0].position, batches, now_ms)
+        except OSError as e:
+            self._undo_append(first_offset)  # OSError if even the cut fails
+            raise AppendFailed(e) from e
+        self.next_offset = self.written_offset = batches[-1].last_offset + 1
+        self._check_offsets()
+        return append_result(batches)
+
+    def _write_batches(
+        self, view: memoryview, start: int, batches: list[BatchInfo], now_ms: int
+    ) -> None:
         group: list[BatchInfo] = []  # batches for the active segment, written in one pwrite
         group_bytes = 0
         for batch in batches:
@@ -315,9 +370,14 @@ class DiskLog(FlushAccounting):
             group.append(batch)
             group_bytes += batch.size
         self._write(view, start, group, now_ms)
-        self.next_offset = self.written_offset = batches[-1].last_offset + 1
+
+    def _undo_append(self, offset: int) -> None:
+        """An append from `offset` failed part way: the groups written before the failure
+        (and a segment rolled for them) go; the failed write cut its own bytes already."""
+        self.next_offset = self.written_offset = self._segments[-1].next_offset
+        self.truncate(offset)
+        self._drop_segments_from(offset)  # one rolled for the append, still empty
         self._check_offsets()
-        return append_result(batches)
 
     def _write(self, view: memoryview, start: int, group: list[BatchInfo], now_ms: int) -> int:
         if not group:
@@ -371,6 +431,14 @@ class DiskLog(FlushAccounting):
         self._ticket = FlushTicket(self.written_offset, fds)
         self._truncated_to = None
         return self._ticket
+
+    def _ticket_failed(self) -> None:
+        kept = set(self._segments)  # retired ones are closed once no ticket holds them
+        for segment in self._ticket_segments & kept:  # what the cut leaves is synced again
+            segment.dirty = True
+            self._unsynced.add(segment)
+        self._ticket_segments = set()
+        self._dir_dirty = True
 
     # Reading -------------------------------------------------------------------------------
 
@@ -529,13 +597,7 @@ class DiskLog(FlushAccounting):
         self._check_offsets()
         if offset >= self.next_offset:
             return
-        while len(self._segments) > 1 and self._segments[-1].base_offset >= offset:
-            segment = self._segments.pop()
-            self._bases.pop()
-            segment.delete()
-            self._unsynced.discard(segment)
-            self._retired.append(segment)
-            self._dir_dirty = True
+        self._drop_segments_from(offset)
         active = self._segments[-1]
         active.truncate(offset)
         self._unsynced.add(active)
@@ -545,6 +607,16 @@ class DiskLog(FlushAccounting):
             floor = self._truncated_to if self._truncated_to is not None else self.next_offset
             self._truncated_to = min(floor, self.next_offset)
         self._check_offsets()
+
+    def _drop_segments_from(self, offset: int) -> None:
+        """Remove the segments that start at or after `offset` (the first one always stays)."""
+        while len(self._segments) > 1 and self._segments[-1].base_offset >= offset:
+            segment = self._segments.pop()
+            self._bases.pop()
+            segment.delete()
+            self._unsynced.discard(segment)
+            self._retired.append(segment)
+            self._dir_dirty = True
 
     def close(self) -> None:
         """Close every fd. No flush ticket may be outstanding (its fds would be closed)."""

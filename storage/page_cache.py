@@ -53,6 +53,11 @@ def read_nowait(fd: int, size: int, position: int, warm_bytes: int) -> bytes:
         # refused read has already started reading the range in, and those pages count as
         # cached before they hold the bytes.
         raise NotCached(fd, position, max(size, warm_bytes)) from None
+    except OSError as e:
+        if e.errno != errno.EOPNOTSUPP:
+            raise
+        # A filesystem without RWF_NOWAIT reads (tmpfs on this kernel: in memory anyway).
+        got = os.preadv(fd, [buffer], position)
     if got < size:
         # Short: the end of the file, or only part of the range is cached. Only the caller
         # knows how long the file is; a read past its end is their bug, reported as such.
@@ -127,6 +132,10 @@ def _readable(fd: int, position: int) -> bool:
         return os.preadv(fd, [_probe.byte], position, os.RWF_NOWAIT) == 1
     except BlockingIOError:
         return False
+    except OSError as e:
+        if e.errno != errno.EOPNOTSUPP:
+            raise
+        return True  # no RWF_NOWAIT here (tmpfs): cachestat's count is all there is to ask
 
 
 def _mincore(fd: int, position: int, length: int, pages: int) -> bool:

@@ -164,12 +164,19 @@ class Segment:
     # Writing -------------------------------------------------------------------------------
 
     def append(self, data: memoryview, batches: list[BatchInfo], now_ms: int) -> None:
-        """Write `data` (exactly the bytes of `batches`) at the end of the segment."""
+        """Write `data` (exactly the bytes of `batches`) at the end of the segment; if the
+        write fails, the file is as it was and the error raised."""
         assert batches and sum(b.size for b in batches) == len(data), (self, batches)
         assert batches[0].base_offset >= self.next_offset, (self, batches[0])
+        try:
+            _pwrite_all(self.fd, data, self.size)
+        except OSError:
+            # ENOSPC or EIO part way: whatever went in is cut, the file ends with the last
+            # whole batch (a cut needs no free space). If the cut fails too, that raises.
+            os.ftruncate(self.fd, self.size)
+            raise
         if self.first_append_ms is None:
             self.first_append_ms = now_ms
-        _pwrite_all(self.fd, data, self.size)
         position = self.size
         for batch in batches:
             self._index_batch(batch, position, write=True)

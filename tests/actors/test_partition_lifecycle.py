@@ -36,6 +36,7 @@ class HeldServices:
         self.settings = BrokerSettings(0, "127.0.0.1", 9092, str(data_dir), "cluster")
         self.long_polls = WatchService(0, lambda _topic, _index: 0)
         self.metrics = ShardMetrics()
+        self.disk_space = None  # no free-space guard
         self.held: list[Callable[[], None]] = []
 
     def run_blocking(self, fn: Callable[[], Any], done: Callable[[Any, Any], None]) -> None:

@@ -70,6 +70,20 @@ def test_forget_from_drops_truncated_batches() -> None:
     assert table.check(1, 0, 0, 4).duplicate is not None
 
 
+def test_forget_from_every_batch_expects_the_first_sequence_cut() -> None:
+    # A failed fdatasync cut every batch of producer 1: its retries must come in order,
+    # and a later batch that overtakes the first retry is out of order, not taken.
+    table = ProducerStateTable()
+    table.record(1, 0, 10, 20, 24)  # sequences 10..14
+    table.record(1, 0, 15, 25, 29)  # sequences 15..19
+    table.forget_from(20)
+    assert table.check(1, 0, 15, 4).error == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+    assert table.check(1, 0, 10, 4) == (None, None)
+    table.record(1, 0, 10, 20, 24)
+    assert table.check(1, 0, 15, 4) == (None, None)
+    assert table.check(1, 1, 0, 4) == (None, None)  # a new epoch starts over at 0
+
+
 def test_the_table_forgets_the_producer_that_wrote_least_recently(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

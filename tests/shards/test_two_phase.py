@@ -55,6 +55,7 @@ class FakeShard:
         self.tables: list[TopicTable] = []
         self.long_polls = WatchService(shard_id, lambda _topic, _index: 1)  # shard 1 owns all
         self.metrics = None  # record nothing (disable_metrics)
+        self.disk_space = None  # no free-space guard
 
     def local_partition(self, topic: str, index: int) -> Any:
         return self.partitions.get((topic, index))

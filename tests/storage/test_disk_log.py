@@ -305,3 +305,78 @@ def test_oversized_first_batch_read_from_disk(tmp_path):
     region = log.read(0, 100, BIG)
     assert region is not None and (region.position, region.length) == (0, 6144)
     log.close()
+
+
+def _failing_pwrite(monkeypatch: pytest.MonkeyPatch, after_bytes: int, err: int) -> None:
+    """The next segment writes take `after_bytes` in all, then fail with `err` (a disk
+    that fills part way through a write)."""
+    from storage import segment as segment_module
+
+    real = os.pwrite
+    left = [after_bytes]
+
+    def pwrite(fd: int, data: memoryview, position: int) -> int:
+        if left[0] <= 0:
+            raise OSError(err, os.strerror(err))
+        take = min(len(data), left[0])
+        left[0] -= take
+        return real(fd, bytes(data[:take]), position)
+
+    monkeypatch.setattr(segment_module.os, "pwrite", pwrite)
+
+
+@pytest.mark.parametrize("written_bytes", [0, 700, 2500])
+def test_a_write_that_fails_part_way_is_undone(tmp_path, monkeypatch, written_bytes):
+    import errno
+
+    from storage.log import AppendFailed
+
+    log = DiskLog.open(tmp_path, LogConfig(segment_bytes=3000, index_interval_bytes=300))
+    fill(log, 10)  # ~2 KiB: the next append rolls part way (3000-byte segments)
+    log.flush()
+    before, bases, end = everything(log), log.segment_base_offsets, log.next_offset
+    sizes = {p.name: p.stat().st_size for p in segment_files(tmp_path, ".log")}
+    _failing_pwrite(monkeypatch, written_bytes, errno.ENOSPC)
+    batches = [make_batch([2000 + i], value_bytes=600) for i in range(4)]
+    with pytest.raises(AppendFailed) as failure:
+        append(log, *batches)
+    assert failure.value.error.errno == errno.ENOSPC
+    assert (log.next_offset, log.written_offset, log.segment_base_offsets) == (end, end, bases)
+    assert {p.name: p.stat().st_size for p in segment_files(tmp_path, ".log")} == sizes
+    assert everything(log) == before
+    monkeypatch.undo()  # room again: the same append goes in at the same offsets
+    assert append(log, *batches).base_offset == end
+    log.flush()
+    after = everything(log)
+    log.close()
+    assert everything(reopened := DiskLog.open(tmp_path)) == after
+    reopened.close()
+
+
+def test_a_failed_flush_cuts_the_log_back_to_what_was_durable(tmp_path, monkeypatch):
+    import errno
+
+    from storage import probes
+
+    log = DiskLog.open(tmp_path, SMALL_SEGMENTS)
+    fill(log, 10)
+    log.flush()
+    durable, kept = log.flushed_offset, everything(log)
+    fill(log, 40)  # rolls segments: the cut takes whole segments and part of one
+    ticket = log.flush_prepare()
+    fill(log, 3)  # appended while the flush runs
+    monkeypatch.setattr(probes.PROBES, "fdatasync_error", True)
+    with pytest.raises(OSError) as failure:
+        ticket.run()
+    assert failure.value.errno == errno.EIO
+    log.flush_failed(ticket)
+    assert (log.flushed_offset, log.written_offset, log.next_offset) == (durable,) * 3
+    assert everything(log) == kept
+    monkeypatch.setattr(probes.PROBES, "fdatasync_error", False)
+    fill(log, 5)
+    log.flush()
+    after = everything(log)
+    log.close()
+    reopened = DiskLog.open(tmp_path, SMALL_SEGMENTS)
+    assert everything(reopened) == after and reopened.next_offset == durable + 10
+    reopened.close()
