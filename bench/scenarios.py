@@ -44,8 +44,9 @@ workload:
 
 
 def run_runner_overhead(args: argparse.Namespace) -> dict[str, Any]:
-    seconds = 8 if args.quick else 30
-    order = [True, False] if args.quick else [True, False, False, True, True, False]
+    seconds = 8 if args.quick else 20
+    order = [True, False] if args.quick else [True, False, False, True, True, False,
+                                              False, True]
     scenario = parse(_OVERHEAD.format(rate=OVERHEAD_RATE, seconds=seconds))
     per_message: dict[bool, list[float]] = {True: [], False: []}
     rounds = []

@@ -407,7 +407,10 @@ def _steps(raw: list[dict[str, Any]], mode: str, rng: random.Random, duration_s:
         if action == "add_partitions" and s[action]["topic"] not in topics:
             raise _FieldError(["steps", i, action, "topic"],
                               f"no topic {s[action]['topic']!r} in this scenario")
-        name = s.get("name", f"{action} {s[action]}" if action != "undo" else f"undo {undo}")
+        value = s[action]
+        said = " ".join(f"{k}={v}" for k, v in value.items()) if isinstance(value, dict) \
+            else str(value)
+        name = s.get("name", f"{action} {said}" if action != "undo" else f"undo {undo}")
         names[s.get("name", str(i))] = i
         after = dict(s["after"]) if "after" in s else None
         if after and "previous" in after:

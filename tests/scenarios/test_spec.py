@@ -49,9 +49,11 @@ def test_link_faults_and_more_nodes_wait_for_replication() -> None:
 
 
 def test_steps_past_the_end_and_bad_undos_are_refused() -> None:
-    text = "workload: {producerRate: 10, testDurationSeconds: 10}\nsteps:\n  - at: 20s\n    stop: shard 0\n"
+    text = ("workload: {producerRate: 10, testDurationSeconds: 10}\n"
+            "steps:\n  - at: 20s\n    stop: shard 0\n")
     assert "past the workload's end" in error_of(text)
-    text = "workload: {producerRate: 10}\nsteps:\n  - at: 1s\n    restart: node 0\n  - at: 2s\n    undo: 0\n"
+    text = ("workload: {producerRate: 10}\n"
+            "steps:\n  - at: 1s\n    restart: node 0\n  - at: 2s\n    undo: 0\n")
     assert "steps[1].undo" in error_of(text)
 
 
