@@ -249,7 +249,7 @@ class Run:
                 return
             try:
                 self.do(step)
-            except (ClusterError, RunError, OSError) as e:
+            except Exception as e:  # noqa: BLE001 - a fault that failed is the run's error
                 self.errors.append(f"step {step.index} ({step.name}): {e}")
                 self.step_log.append({"step": step.index, "name": step.name,
                                       "at_s": round(self.elapsed_s(), 3), "error": str(e)})
@@ -303,7 +303,7 @@ class Run:
             return
         try:
             undo()
-        except (ClusterError, RunError, OSError) as e:
+        except Exception as e:  # noqa: BLE001 - recorded; the run fails with it
             self.errors.append(f"undo of step {index}: {e}")
         for fault in self.faults:
             if fault["step"] == index and fault["end_ns"] is None:

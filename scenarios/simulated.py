@@ -9,6 +9,7 @@ steps' own expectations, and writes the same `report.json`, `history.jsonl` and
 from __future__ import annotations
 
 import json
+import logging
 import time
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,12 @@ def run_simulated(scenario: Scenario, out: Path, quiet: bool = False) -> dict[st
     from scenarios.report import Progress, timeline_png, verdict_table
 
     out.mkdir(parents=True, exist_ok=True)
+    # The actors log as a shard's do; here into the report directory, not over the table.
+    handler = logging.FileHandler(out / "sim.log", mode="w")
+    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    saved = root.handlers[:], root.level
+    root.handlers, root.level = [handler], logging.INFO
     progress = Progress(quiet=quiet)
     started = time.monotonic()
     total_s = scenario.workload.duration_s
@@ -37,6 +44,8 @@ def run_simulated(scenario: Scenario, out: Path, quiet: bool = False) -> dict[st
         result = sim.run(scenario.document, scenario.seed, show)
     finally:
         progress.close()
+        root.handlers, root.level = saved
+        handler.close()
     write_history(out / "history.jsonl", result.ops)
     report = judge(scenario, result.ops, result.faults)
     failed_steps = [c for c in result.step_checks if not c["ok"]]
