@@ -39,7 +39,7 @@ import msgpack
 
 from scenarios import limits
 from scenarios.checker import check
-from scenarios.cluster import REPO, ClusterError, Node
+from scenarios.cluster import REPO, Node
 from scenarios.history import Op, write_history
 from scenarios.spec import Scenario, Step, seconds, size_bytes
 
