@@ -8,8 +8,8 @@ pace_tick_s = 0.001  # a paced producer's turn; at 20k msg/s, 20 sends a turn
 poll_records_max = 500  # records per consume() call
 poll_timeout_s = 0.05  # a consumer process's turn over its consumers
 connect_timeout_s = 30.0  # clients have metadata (and consumers a group assignment) before start
-stats_interval_s = 1.0
-gc_thresholds = (50_000, 20, 100)  # a worker's cyclic GC (worker.py ready()); default 700/10/10  # a worker's stats line and history flush
+stats_interval_s = 1.0  # a worker's stats line and history flush
+gc_thresholds = (50_000, 20, 100)  # a worker's cyclic GC (worker.py ready()); default 700/10/10
 
 # The run (scenarios/runner.py).
 worker_ready_timeout_s = 45.0  # a worker process made its clients
