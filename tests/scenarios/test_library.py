@@ -108,3 +108,18 @@ def test_check_again_agrees_and_a_lost_record_is_named(tmp_path: Path) -> None:
                             str(tampered)], capture_output=True, text=True, cwd=REPO, timeout=120)
     assert again.returncode == 1
     assert "lost-write" in again.stdout and acked["value"] in again.stdout
+
+
+@pytest.mark.timeout(_RUN_TIMEOUT_S + 30)
+def test_kill_of_one_shard_takes_its_node_down_and_the_undo_brings_it_back(
+        tmp_path: Path) -> None:
+    flow = tmp_path / "kill-shard.yaml"
+    flow.write_text("workload: {partitionsPerTopic: 4, producerRate: 2000, "
+                    "testDurationSeconds: 8}\n"
+                    "steps:\n  - at: 3s\n    kill: shard 1\n    for: 1s\n"
+                    "checks: {recovery_ms: 15000, error_rate: 0.0}\n")
+    done, report = run(flow, tmp_path / "out")
+    assert report["verdict"] == "PASS", (report["anomalies"], report["checks"], report["errors"])
+    assert done.returncode == 0
+    assert "shard 1 (pid" in (tmp_path / "out" / "node-0.log").read_text()
+    assert report["figures"]["faults"][0]["recovery_ms"] is not None
