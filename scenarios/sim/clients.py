@@ -11,29 +11,29 @@ record not acknowledged within `delivery_timeout_s` ends `unknown` (or `failed` 
 never sent), and that partition stops taking records (librdkafka would bump the epoch).
 
 `SimConsumer` reads its assigned partitions from offset 0 with sessionless Fetch requests,
-one after the other, recording each poll that returned records.
+one after the other, recording each poll that returned records. Their connections are
+scenarios/sim/connection.py.
 
 Times in the history are nanoseconds of simulated time.
 """
 
 from __future__ import annotations
 
-import collections
-import socket
 import struct
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from scenarios.history import Op
+from scenarios.sim.connection import (
+    PRODUCE_VERSION,
+    Callback,
+    ClientConnection,
+    encode_request,
+)
 from wire.errors import DecodeError, ErrorCode
-from wire.messages import request_header_version, response_class, response_header_version
 from wire.messages.fetch import FetchRequest
 from wire.messages.init_producer_id import InitProducerIdRequest
 from wire.messages.produce import ProduceRequest
-from wire.messages.request_header import RequestHeader
-from wire.messages.response_header import ResponseHeader
-from wire.primitives import Reader, Writer
 from wire.records import build_batch, iter_records
 
 if TYPE_CHECKING:
@@ -41,12 +41,9 @@ if TYPE_CHECKING:
 
 __all__ = ["ClientSettings", "SimConsumer", "SimProducer"]
 
-PRODUCE_VERSION = 8
 FETCH_VERSION = 11
 INIT_PRODUCER_ID_VERSION = 1
-_SOCKET_BUFFER_BYTES = 4 << 20  # a response never waits on a full socket in a simulation
 _SIZE = struct.Struct(">i")
-_CORRELATION = struct.Struct(">i")  # at byte 8 of a request frame (after size, key, version)
 
 # What librdkafka retries (the rest fail the record).
 RETRIABLE = frozenset({
@@ -56,8 +53,6 @@ RETRIABLE = frozenset({
     ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
     ErrorCode.UNKNOWN_SERVER_ERROR,
 })
-
-Callback = Callable[[Any], None]  # a response body, or None: no response will come
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,131 +84,6 @@ class ClientSettings:
         return cls(**values)
 
 
-class ClientConnection:
-    """One client socket to one shard: requests out, responses matched in order."""
-
-    def __init__(self, sim: Simulation, shard_id: int, client_id: str) -> None:
-        self._sim = sim
-        self.shard_id = shard_id
-        self._client_id = client_id
-        ours, theirs = socket.socketpair()
-        for sock in (ours, theirs):
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, _SOCKET_BUFFER_BYTES)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, _SOCKET_BUFFER_BYTES)
-        ours.setblocking(False)
-        self._sock = ours
-        self._fd = ours.fileno()
-        self._correlation = 0
-        # (correlation id, api key, version, callback, sent at ns), in request order
-        self._waiting: collections.deque[tuple[int, int, int, Callback, int]]
-        self._waiting = collections.deque()
-        self._received = bytearray()
-        self._out = bytearray()
-        self.closed = False
-        shard = sim.node.up(shard_id)
-        assert shard is not None
-        shard.connect(theirs)
-        sim.loop.add_reader(self._fd, self._readable)
-
-    def oldest_sent_ns(self) -> int | None:
-        """When the oldest request still waiting for its response was sent."""
-        return self._waiting[0][4] if self._waiting else None
-
-    def send(self, api_key: int, version: int, request: Any, callback: Callback) -> None:
-        """Send one request; `callback(body)` with its response, or None if it never comes."""
-        frame = encode_request(self._client_id, api_key, version, request)
-        self.send_frame(api_key, version, [frame], callback)
-
-    def send_frame(self, api_key: int, version: int, parts: list[bytes | bytearray],
-                   callback: Callback) -> None:
-        """Send the frame `parts` make up, its size and correlation id set here."""
-        assert not self.closed
-        self._correlation += 1
-        out = self._out
-        start = len(out)
-        for part in parts:
-            out += part
-        _SIZE.pack_into(out, start, len(out) - start - 4)
-        _CORRELATION.pack_into(out, start + 8, self._correlation)
-        self._waiting.append((self._correlation, api_key, version, callback,
-                              self._sim.now_ns()))
-        self._flush()
-
-    def _flush(self) -> None:
-        try:
-            sent = self._sock.send(self._out)
-        except BlockingIOError:
-            sent = 0
-        except OSError:
-            self.close()
-            return
-        del self._out[:sent]
-        if self._out:
-            self._sim.loop.add_writer(self._fd, self._writable)
-
-    def _writable(self) -> None:
-        self._sim.loop.remove_writer(self._fd)
-        if not self.closed:
-            self._flush()
-
-    def _readable(self) -> None:
-        try:
-            data = self._sock.recv(1 << 20)
-        except BlockingIOError:
-            return
-        except OSError:
-            data = b""
-        if not data:
-            self.close()
-            return
-        received = self._received
-        received += data
-        position = 0
-        while len(received) - position >= 4:
-            (size,) = _SIZE.unpack_from(received, position)
-            if len(received) - position - 4 < size:
-                break
-            frame = memoryview(received)[position + 4:position + 4 + size]
-            position += 4 + size
-            self._response(bytes(frame))
-            frame.release()
-            if self.closed:
-                return
-        del received[:position]
-
-    def _response(self, frame: bytes) -> None:
-        correlation, api_key, version, callback, _ = self._waiting.popleft()
-        reader = Reader(frame)
-        header = ResponseHeader.decode(reader, response_header_version(api_key, version))
-        assert header.correlation_id == correlation, "responses out of order"
-        callback(response_class(api_key).decode(reader, version))
-
-    def close(self) -> None:
-        if self.closed:
-            return
-        self.closed = True
-        loop = self._sim.loop
-        loop.remove_reader(self._fd)
-        loop.remove_writer(self._fd)
-        self._sock.close()
-        waiting, self._waiting = self._waiting, collections.deque()
-        for _, _, _, callback, _ in waiting:
-            callback(None)
-
-
-def encode_request(client_id: str, api_key: int, version: int, request: Any) -> bytes:
-    """A request frame, correlation id 0."""
-    writer = Writer()
-    at = writer.reserve_int32()
-    RequestHeader(
-        request_api_key=api_key, request_api_version=version, correlation_id=0,
-        client_id=client_id,
-    ).encode(writer, request_header_version(api_key, version))
-    request.encode(writer, version)
-    writer.patch_int32(at, writer.size - 4)
-    return writer.getvalue()
-
-
 class _Client:
     """What both kinds share: a connection that is opened again after it is lost."""
 
@@ -224,14 +94,15 @@ class _Client:
         self._home = home_shard
         self.conn: ClientConnection | None = None
         self._connecting = False
-        self.stopped = False
+        self.stopped = False  # takes no more work (a producer: no more records)
+        self.closed = False  # done for good: no reconnects, no timeout scans
         self._scan_every_s = min(1.0, self.settings.request_timeout_s / 4)
         sim.loop.call_later(self._scan_every_s, self._scan_timeouts)
 
     def _scan_timeouts(self) -> None:
         """As librdkafka does: a request unanswered for `request_timeout_s` closes its
         connection (every request on it ends without an answer); it is opened again."""
-        if self.stopped:
+        if self.closed:
             return
         conn = self.conn
         if conn is not None and not conn.closed:
@@ -249,17 +120,17 @@ class _Client:
         if not up:
             return False
         shard = self._home if self._home in up else self.sim.rng.choice(up)
-        self.conn = ClientConnection(self.sim, shard, self.name)
+        self.conn = ClientConnection(self.sim, shard, self.name, self._reconnect_later)
         return True
 
     def _reconnect_later(self) -> None:
-        if self._connecting or self.stopped:
+        if self._connecting or self.closed:
             return
         self._connecting = True
 
         def attempt() -> None:
             self._connecting = False
-            if self.stopped:
+            if self.closed:
                 return
             if self.conn is None or self.conn.closed:
                 if not self._connect():
@@ -440,8 +311,10 @@ class SimProducer(_Client):
         elif body is None:
             part.rewinding = True
         else:
-            answer = body.responses[0].partition_responses[0]
-            error = ErrorCode(answer.error_code)
+            error = ErrorCode(body.error_code)
+            answer = body
+            if error != ErrorCode.NONE:
+                self.sim.figures[f"produce_{error.name}"] += 1
             if error == ErrorCode.NONE:
                 self._complete(part, record, "ok", answer.base_offset)
                 part.queue.remove(record)
@@ -450,6 +323,14 @@ class SimProducer(_Client):
                 self._complete(part, record, "unknown", None)
                 part.queue.remove(record)
                 part.next_to_send -= 1
+            elif error == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER and record is part.queue[0]:
+                # Nothing before it waits: the broker took later sequences (this one's first
+                # attempt was lost on its way). A resend can never fit; librdkafka raises a
+                # gap here. Whether an earlier attempt was written is not known.
+                self._complete(part, record, "unknown", None)
+                part.queue.remove(record)
+                part.next_to_send -= 1
+                part.rewinding = True
             elif error in RETRIABLE:
                 part.rewinding = True
             else:
@@ -477,7 +358,7 @@ class SimProducer(_Client):
 
     def abandon(self) -> None:
         """The run is over: what was never acknowledged ends `unknown` (or `failed`)."""
-        self.stopped = True
+        self.stopped = self.closed = True
         for part in self._parts:
             for record in part.queue:
                 if not record.done:
@@ -579,7 +460,7 @@ class SimConsumer(_Client):
                       partitions=tuple(self.assignment)))
 
     def stop(self) -> None:
-        self.stopped = True
+        self.stopped = self.closed = True
         if self.conn is not None:
             self.conn.close()
 

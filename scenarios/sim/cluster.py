@@ -158,6 +158,10 @@ class SimNode:
         low, high = self._fsync_s
         return self.rng.uniform(low, high) + self.slow_fsync_s
 
+    def disk_faults(self, fail_rate: float, lie_rate: float) -> None:
+        """The seeded chances that an fdatasync fails, or lies."""
+        self._fsync_fail_rate, self._fsync_lie_rate = fail_rate, lie_rate
+
     def fsync_fail_off(self) -> None:
         """No more fdatasync failures, seeded or scripted."""
         self._fsync_fail_rate = 0.0

@@ -54,6 +54,7 @@ log = logging.getLogger(__name__)
 # consumers to read up to the end, before what is left is given up.
 DRAIN_S = 120.0
 PROGRESS_EVERY_S = 1.0  # simulated seconds between progress reports
+SETUP_S = 60.0  # simulated seconds the topics may take to be made (no faults meanwhile)
 
 
 @dataclass(slots=True)
@@ -97,7 +98,8 @@ class Simulation:
         cluster = spec.get("cluster", {})
         self.shards = int(cluster.get("shards", 1))
         faults = spec.get("faults") or {}
-        self.pipe_faults = PipeFaults(
+        self.pipe_faults = PipeFaults()  # none while the topics are made
+        self.seeded_pipe_faults = PipeFaults(
             drop_rate=float(faults.get("pipe_drop", 0.0)),
             delay_rate=float(faults.get("pipe_delay", 0.0)),
             delay_s=_range_ms(faults.get("pipe_delay_ms", [0, 0])),
@@ -110,6 +112,7 @@ class Simulation:
         workload = spec.get("workload") or {}
         self.client_settings = ClientSettings.of(
             {**(workload.get("consumerConfig") or {}), **(workload.get("producerConfig") or {})})
+        self._duration_s = _duration_s(workload)
         self.node: SimNode
         self.network: SimPipeNetwork
         self.disk: SimDisk
@@ -161,10 +164,11 @@ class Simulation:
                 self.node = SimNode(
                     self.loop, root, self.shards, self.spec.get("cluster", {}).get(
                         "settings") or {}, self.disk, disk_rng, self.network, self.fsync_s,
-                    self.fsync_fail_rate, self.fsync_lie_rate,
+                    0.0, 0.0,  # no disk faults while the topics are made
                 )
                 self.node.start()
-                self.loop.run_until_complete(self._main())
+                self.loop.run_until_complete(
+                    asyncio.wait_for(self._main(), SETUP_S + self._duration_s + 3 * DRAIN_S))
                 self.node.stop()
                 self.loop.run_until_complete(asyncio.sleep(0.1))
         finally:
@@ -186,14 +190,16 @@ class Simulation:
 
     async def _main(self) -> None:
         workload = self.spec.get("workload") or {}
-        topics = await self._create_topics(workload)
+        topics = await asyncio.wait_for(self._create_topics(workload), SETUP_S)
         self.figures["setup_s"] = self.clock.now
+        self.network.faults = self.seeded_pipe_faults
+        self.node.disk_faults(self.fsync_fail_rate, self.fsync_lie_rate)
         self._start_clients(workload, topics)
         step_actions.schedule(self, self.spec.get("steps") or [])
         if self.crash_every_s > 0:
             self._schedule_random_crash()
         reporter = self.loop.call_later(PROGRESS_EVERY_S, self._report)
-        await asyncio.sleep(_duration_s(workload))
+        await asyncio.sleep(self._duration_s)
         self.figures["workload_end_s"] = self.clock.now
         for producer in self.producers:
             producer.stop()

@@ -58,6 +58,10 @@ class _Pipe:
         self._last_arrival = 0.0  # FIFO: nothing arrives before the message ahead of it
         self.closed = False
         self.epoch = 0  # moved on by a crash at either end: what was in flight is lost
+        # (arrival time, header, payloads, epoch), in the order sent
+        self._in_flight: collections.deque[tuple[float, bytes, list[Any], int]]
+        self._in_flight = collections.deque()
+        self._delivery_pending = False
 
     # PipeWriter ---------------------------------------------------------------------------
 
@@ -107,13 +111,34 @@ class _Pipe:
         self.network.dropped += 1
 
     def _schedule(self, packed: bytes, frames: list[Any], delay: float) -> None:
+        """Queue a message to arrive `delay` from now, never before the one ahead of it."""
         loop = self.network.loop
         arrival = max(loop.time() + delay, self._last_arrival)
         self._last_arrival = arrival
+        self._in_flight.append((arrival, packed, frames, self.epoch))
+        if not self._delivery_pending:
+            self._delivery_pending = True
+            self._wake_at(arrival)
+
+    def _wake_at(self, arrival: float) -> None:
+        loop = self.network.loop
         if arrival <= loop.time():
-            loop.call_soon(self._deliver, packed, frames, self.epoch)
+            loop.call_soon(self._deliver_due)
         else:
-            loop.call_at(arrival, self._deliver, packed, frames, self.epoch)
+            loop.call_at(arrival, self._deliver_due)
+
+    def _deliver_due(self) -> None:
+        """Deliver, in order, every message whose time has come (timers of equal time do not
+        keep their order in asyncio's heap, so one timer per pipe serves its queue)."""
+        loop = self.network.loop
+        in_flight = self._in_flight
+        while in_flight and in_flight[0][0] <= loop.time():
+            _, packed, frames, epoch = in_flight.popleft()
+            self._deliver(packed, frames, epoch)
+        if in_flight:
+            self._wake_at(in_flight[0][0])
+        else:
+            self._delivery_pending = False
 
     def _deliver(self, packed: bytes, frames: list[Any], epoch: int) -> None:
         mesh = self.network.meshes.get(self.target)

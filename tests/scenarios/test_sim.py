@@ -111,3 +111,59 @@ def test_the_virtual_clock_jumps_to_the_next_timer() -> None:
     with pytest.raises(SimulationStalled):
         loop.run_until_complete(loop.create_future())
     loop.close()
+
+
+def tiny_crash_flow() -> dict[str, Any]:
+    """The crash flow, a second long, with every seeded fault on."""
+    spec = shortened(load(LIBRARY / "sim-crash-loses-unflushed.yaml"), 1, 400)
+    spec["steps"] = [{"at": "0.3s", "crash": "shard 1", "for": "100ms"},
+                     {"at": "0.6s", "crash": "node", "for": "50ms"}]
+    spec["faults"] = {"pipe_drop": 0.01, "pipe_delay": 0.05, "pipe_delay_ms": [0, 5],
+                      "fsync_fail": 0.01, "fsync_ms": [0.1, 3]}
+    return spec
+
+
+@pytest.mark.timeout(60)
+def test_a_crash_loses_what_was_not_synced_and_nothing_acknowledged() -> None:
+    result = sim.run(load(LIBRARY / "sim-crash-loses-unflushed.yaml"), 3)
+    assert result.figures["crashes"] == 3 and result.figures["bytes_lost"] > 0
+    assert_valid(result)
+
+
+@pytest.mark.timeout(60)
+def test_a_disk_that_lies_loses_acknowledged_writes_and_the_checker_says_so() -> None:
+    spec = tiny_crash_flow()
+    spec["faults"] = {"fsync_lies": 1.0}  # every sync reports success and keeps nothing
+    result = sim.run(spec, 11)
+    checked = check(result.ops)
+    assert not checked.valid
+    assert checked.anomalies["lost-write"] or checked.anomalies["inconsistent-offsets"]
+    assert result.figures["replay"] == "--seed 11"
+
+
+@pytest.mark.timeout(240)
+def test_two_hundred_seeds_of_crashes_and_seeded_faults() -> None:
+    spec = tiny_crash_flow()
+    digests = set()
+    for seed in range(200):
+        result = sim.run(spec, seed)
+        assert_valid(result)
+        assert result.figures["simulated_s"] < 30, f"seed {seed} did not drain"
+        digests.add(result.digest)
+    assert len(digests) == 200
+
+
+@pytest.mark.timeout(30)
+def test_the_producers_fast_answer_reading_agrees_with_the_generated_decoder() -> None:
+    from scenarios.sim.connection import PRODUCE_VERSION, produce_answer
+    from wire.messages.produce import ProduceResponse
+    from wire.primitives import Writer
+
+    response = ProduceResponse(responses=[ProduceResponse.TopicProduceResponse(
+        name="a-topic", partition_responses=[ProduceResponse.PartitionProduceResponse(
+            index=3, error_code=56, base_offset=1234567890123, log_start_offset=7)])])
+    writer = Writer()
+    writer.int32(42)  # the response header: correlation id
+    response.encode(writer, PRODUCE_VERSION)
+    correlation, answer = produce_answer(writer.getvalue())
+    assert (correlation, answer.error_code, answer.base_offset) == (42, 56, 1234567890123)
