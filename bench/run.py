@@ -59,7 +59,7 @@ LIFECYCLE_CASES = ["retention_steady", "compaction"]
 # bench/saturation.py: latency against offered load, the knee (krill bench saturation).
 SATURATION_CASES = ["saturation"]
 # bench/scenarios.py: what recording a history costs the clients; the library at length.
-SCENARIO_CASES = ["runner_overhead", "scenario_library"]
+SCENARIO_CASES = ["runner_overhead", "scenario_library", "sim_seeds"]
 ALL_CASES = [
     "ceilings", *PRODUCE_CASES, "rss_100_partitions", *SHARD_CASES, *GROUP_CASES,
     *RUNNING_CASES, *LIFECYCLE_CASES, *SATURATION_CASES, *SCENARIO_CASES,
