@@ -231,6 +231,12 @@ class LoopActor(pykka.Actor):
 
 
 def stop_all_actors() -> None:
-    """Ask every registered actor to stop; each runs on_stop() on its next drain."""
+    """Ask every registered actor to stop; each runs on_stop() on its next drain. An actor
+    whose loop is already closed (a run cut short: a simulated scenario timed out) can run
+    nothing more: it is only forgotten, so the next loop starts from an empty registry."""
     for ref in ActorRegistry.get_all():
+        inbox = ref.actor_inbox
+        if isinstance(inbox, LoopInbox) and inbox._loop.is_closed():
+            ActorRegistry.unregister(ref)
+            continue
         ref.stop(block=False)

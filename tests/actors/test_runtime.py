@@ -139,3 +139,17 @@ def test_stop_runs_on_stop_and_fails_pending_asks(loop: asyncio.AbstractEventLoo
     assert not ref.is_alive()
     with pytest.raises(pykka.ActorDeadError):
         ref.tell(2)
+
+
+def test_actors_left_on_a_closed_loop_are_forgotten_not_stopped() -> None:
+    # A run cut short (a simulated scenario's timeout) closes its loop with actors in it.
+    cut_short = asyncio.new_event_loop()
+    bind_loop(cut_short)
+    ref = Recorder.start()
+    cut_short.run_until_complete(asyncio.sleep(0.01))
+    cut_short.close()
+    assert ref in pykka.ActorRegistry.get_all()
+
+    stop_all_actors()  # what the next test's teardown calls: no "Event loop is closed"
+
+    assert ref not in pykka.ActorRegistry.get_all()
