@@ -65,6 +65,7 @@ class ClientSettings:
     reconnect_backoff_s: float = 0.1  # reconnect.backoff.ms
     max_in_flight: int = 5  # max.in.flight.requests.per.connection (idempotence: at most 5)
     fetch_wait_max_s: float = 0.1  # fetch.wait.max.ms
+    fetch_error_backoff_s: float = 0.5  # fetch.error.backoff.ms
 
     @classmethod
     def of(cls, settings: dict[str, Any]) -> ClientSettings:
@@ -74,7 +75,8 @@ class ClientSettings:
                  "delivery.timeout.ms": "delivery_timeout_s",
                  "retry.backoff.ms": "retry_backoff_s",
                  "reconnect.backoff.ms": "reconnect_backoff_s",
-                 "fetch.wait.max.ms": "fetch_wait_max_s"}
+                 "fetch.wait.max.ms": "fetch_wait_max_s",
+                 "fetch.error.backoff.ms": "fetch_error_backoff_s"}
         values: dict[str, Any] = {}
         for key, value in settings.items():
             if key in names:
@@ -440,6 +442,12 @@ class SimConsumer(_Client):
                           records=tuple(records)))
         elif not behind:
             self.caught_up_since_ns = max(self.caught_up_since_ns, started_ns)
+        if behind and not records:
+            # An error or an unreadable range answers at once, without a long poll: fetching
+            # again at once would spin without simulated time passing (librdkafka waits
+            # fetch.error.backoff.ms too).
+            sim.loop.call_later(self.settings.fetch_error_backoff_s, self._fetch)
+            return
         self._fetch()
 
     def _records(self, tp: tuple[str, int], data: Any) -> list[tuple[str, int, int, str | None]]:

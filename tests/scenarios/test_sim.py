@@ -130,7 +130,7 @@ def test_a_crash_loses_what_was_not_synced_and_nothing_acknowledged() -> None:
     assert_valid(result)
 
 
-@pytest.mark.timeout(180)
+@pytest.mark.timeout(120)
 def test_a_disk_that_lies_loses_acknowledged_writes_and_the_checker_says_so() -> None:
     spec = tiny_crash_flow()
     spec["faults"] = {"fsync_lies": 1.0}  # every sync reports success and keeps nothing
