@@ -84,7 +84,7 @@ def _load(file: str, seed: int | None, duration: str | None) -> Any:
         path = LIBRARY / file  # `krill scenario run kill-node-under-load.yaml`
     try:
         duration_s = seconds(duration) if duration else None
-    except (AssertionError, TypeError):
+    except ValueError:
         raise shards_cli.UsageError(f"--duration {duration!r} is not a time like 20s") from None
     try:
         return load(path, seed=seed, duration_s=duration_s)

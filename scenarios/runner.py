@@ -24,7 +24,6 @@ from __future__ import annotations
 import dataclasses
 import heapq
 import json
-import os
 import random
 import shutil
 import subprocess
@@ -66,10 +65,11 @@ class Worker:
         path = out / f"worker-{role}.json"
         config = {**config, "role": role, "history": str(out / f"history-{role}.msgpack")}
         path.write_text(json.dumps(config))
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "scenarios.worker", str(path)], cwd=REPO,
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=open(out / f"worker-{role}.log", "ab"), text=True, bufsize=1)
+        with open(out / f"worker-{role}.log", "ab") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "scenarios.worker", str(path)], cwd=REPO,
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True,
+                bufsize=1)
         self.ready = threading.Event()
         self.done: dict[str, Any] | None = None
         self._on_stats = on_stats
@@ -131,12 +131,10 @@ class _Live:
 
 
 class Run:
-    def __init__(self, scenario: Scenario, out: Path, quiet: bool,
-                 recording: bool = True) -> None:
+    def __init__(self, scenario: Scenario, out: Path, recording: bool = True) -> None:
         self.s = scenario
         self.recording = recording
         self.out = out
-        self.quiet = quiet
         self.nodes: list[Node] = []
         self.workers: dict[str, Worker] = {}
         self.live = _Live()
@@ -602,7 +600,7 @@ def run(scenario: Scenario, out: Path, quiet: bool = False, keep_data: bool = Fa
     out.mkdir(parents=True, exist_ok=True)
     for stale in out.glob("history-*.msgpack"):
         stale.unlink()
-    runner = Run(scenario, out, quiet, recording)
+    runner = Run(scenario, out, recording)
     progress = Progress(quiet=quiet)
     started = time.monotonic()
     try:
@@ -635,9 +633,3 @@ def run(scenario: Scenario, out: Path, quiet: bool = False, keep_data: bool = Fa
         verdict_table(report)
     return report
 
-
-def environment_ok() -> str | None:
-    """Why real mode cannot run here, or None."""
-    if os.name != "posix":
-        return "real-mode scenarios need Linux"
-    return None

@@ -436,8 +436,9 @@ def _payload(name: str, path: Path | None, size: int) -> bytes:
 def _seconds(value: Any) -> float:
     if isinstance(value, int | float):
         return float(value)
-    match = re.match(_DURATION, value)
-    assert match, value
+    match = re.match(_DURATION, str(value))
+    if match is None:
+        raise ValueError(f"{value!r} is not a time like '10s'")
     number, unit = float(match.group(1)), match.group(2) or "s"
     return number * {"ms": 0.001, "s": 1, "m": 60, "min": 60, "h": 3600}[unit]
 
@@ -445,8 +446,9 @@ def _seconds(value: Any) -> float:
 def _bytes(value: Any) -> int:
     if isinstance(value, int):
         return value
-    match = re.match(_SIZE, value)
-    assert match, value
+    match = re.match(_SIZE, str(value))
+    if match is None:
+        raise ValueError(f"{value!r} is not a size like '256MiB'")
     scale = {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "KB": 10**3, "MB": 10**6,
              "GB": 10**9}
     return int(match.group(1)) * scale[match.group(2) or "B"]

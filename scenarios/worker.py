@@ -303,6 +303,14 @@ class ConfluentConsumers:
         self.recorder.ops.append(("p", name, invoke, time.monotonic_ns(), records))
         self.stats.polled += len(records)
 
+    def _record_batches(self, name: str, invoke: int, batches: dict[Any, list[Any]]) -> None:
+        """kafka-python's and aiokafka's answer, {partition: [records]}, as one poll."""
+        records = [(m.topic, m.partition, m.offset, m.value[:STAMP_BYTES].rstrip())
+                   for messages in batches.values() for m in messages]
+        if records:
+            self.recorder.ops.append(("p", name, invoke, time.monotonic_ns(), records))
+            self.stats.polled += len(records)
+
     def assigned(self, index: int) -> bool:
         return bool(self.members[index][2].assignment())
 
@@ -347,11 +355,7 @@ class KafkaPythonConsumers(ConfluentConsumers):
         invoke = time.monotonic_ns()
         batches = consumer.poll(timeout_ms=int(timeout_s * 1000),
                                 max_records=limits.poll_records_max)
-        records = [(m.topic, m.partition, m.offset, m.value[:STAMP_BYTES].rstrip())
-                   for messages in batches.values() for m in messages]
-        if records:
-            self.recorder.ops.append(("p", name, invoke, time.monotonic_ns(), records))
-            self.stats.polled += len(records)
+        self._record_batches(name, invoke, batches)
 
     def positions(self, index: int) -> dict[tuple[str, int], int]:
         _, _, consumer = self.members[index]
@@ -513,11 +517,7 @@ class AioKafkaConsumers(ConfluentConsumers):
         invoke = time.monotonic_ns()
         batches = self.aio.call(consumer.getmany(timeout_ms=int(timeout_s * 1000),
                                                  max_records=limits.poll_records_max))
-        records = [(m.topic, m.partition, m.offset, m.value[:STAMP_BYTES].rstrip())
-                   for messages in batches.values() for m in messages]
-        if records:
-            self.recorder.ops.append(("p", name, invoke, time.monotonic_ns(), records))
-            self.stats.polled += len(records)
+        self._record_batches(name, invoke, batches)
 
     def positions(self, index: int) -> dict[tuple[str, int], int]:
         _, _, consumer = self.members[index]

@@ -74,8 +74,7 @@ def test_shipped_scenario_passes(name: str, tmp_path: Path) -> None:
     assert len(report["faults"]) == len(steps)
     for _, start, end in report["faults"]:
         assert end >= start
-    for picture in ("timeline.png",):
-        assert (tmp_path / picture).stat().st_size > 10_000
+    assert (tmp_path / "timeline.png").stat().st_size > 10_000
     history = (tmp_path / "history.jsonl").read_text().splitlines()
     recorded = sum(1 for line in history if '"op":"send"' in line)
     assert recorded == sends["total"] or report["scenario"] == "topic-delete-under-load" \
@@ -84,9 +83,17 @@ def test_shipped_scenario_passes(name: str, tmp_path: Path) -> None:
 
 @pytest.mark.timeout(_RUN_TIMEOUT_S + 60)
 def test_check_again_agrees_and_a_lost_record_is_named(tmp_path: Path) -> None:
+    # kill -9 under load, judged without a speed bound (a shared machine's p99 swings): the
+    # verdict must come from the history alone, the same both times.
+    flow = tmp_path / "kill-node.yaml"
+    flow.write_text("workload: {partitionsPerTopic: 4, producerRate: 2000, "
+                    "testDurationSeconds: 6}\n"
+                    "steps:\n  - at: 2s\n    kill: node 0\n    for: 1s\n"
+                    "checks: {recovery_ms: 15000, error_rate: 0.0}\n")
     out = tmp_path / "run"
-    done, report = run(LIBRARY / "kill-node-under-load.yaml", out, "--duration", "6s")
-    assert done.returncode == 0 and report["verdict"] == "PASS"
+    done, report = run(flow, out)
+    assert done.returncode == 0 and report["verdict"] == "PASS", (report["anomalies"],
+                                                                  report["checks"])
     again = subprocess.run([sys.executable, "-m", "scenarios.cli", "scenario", "check", str(out)],
                            capture_output=True, text=True, cwd=REPO, timeout=120)
     assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-2000:]
