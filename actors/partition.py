@@ -10,7 +10,9 @@ has exactly one owner and needs no lock. A produce runs in two phases (DESIGN.md
              -> produced: the high watermark moves, waiting acks are answered
 
 With `write.caching=true` the high watermark follows the written offset and acks are answered
-at once; the flush still runs in the background. Fetches see only offsets below the high
+at once; the flush still runs in the background. Which produce to answer when, when to start a
+flush and where the high watermark is, a pure machine decides (actors/ack_window.py, where
+Raft's commit plugs in); this actor does the I/O. Fetches see only offsets below the high
 watermark. Every move is published to the shard's watermark table
 (`Services.long_polls.publish`, actors/watermarks.py), which wakes the long polls waiting on
 it and answers reads at the high watermark of an idle partition without a message here.
@@ -48,7 +50,6 @@ actors/log_lifecycle.py, which the partition drives from a timer and its message
 
 from __future__ import annotations
 
-import collections
 import errno
 import logging
 import shutil
@@ -60,6 +61,7 @@ from typing import Any, NamedTuple
 from pykka import ActorDeadError
 
 from actors import limits
+from actors.ack_window import Acks, AckWindow, Step
 from actors.group import OFFSETS_TOPIC
 from actors.log_lifecycle import DeleteRecordsReply, LogLifecycle
 from actors.producer_state import ProducerStateTable
@@ -201,6 +203,13 @@ class DeleteRecords(NamedTuple):
     reply: DeleteRecordsReply
 
 
+class _Waiter(NamedTuple):
+    """A produce waiting in the ack window: its reply, and what to answer once it may."""
+
+    reply: Callable[[ProduceResult], None]
+    result: ProduceResult
+
+
 class _FlushDone(NamedTuple):
     ticket: Any
     error: BaseException | None
@@ -232,12 +241,10 @@ class Partition(LoopActor):
         self.settings = settings
         self.services = services
         self.leader_epoch = 0  # one node, no elections yet: the epoch never moves
-        self.high_watermark = 0
         self._producers = ProducerStateTable()
-        # (offset the flush must pass, reply, result): answered in order as flushes complete.
-        self._waiters: collections.deque[tuple[int, Callable[[ProduceResult], None], ProduceResult]]
-        self._waiters = collections.deque()
-        self._flushing = False
+        # Produces waiting for their flush, flushes out, the high watermark: what to do when
+        # (actors/ack_window.py); on_start opens it at the log's end.
+        self._window: AckWindow[_Waiter] = AckWindow(0, settings.write_caching)
         self._deleted: Path | None = None  # the directory to remove once no flush is out
         self._unflushed_bytes = 0  # appended since the last flush started
         metrics = services.metrics
@@ -264,13 +271,17 @@ class Partition(LoopActor):
     def __str__(self) -> str:
         return f"Partition({self.topic}-{self.index})"
 
+    @property
+    def high_watermark(self) -> int:
+        return self._window.high_watermark
+
     # Lifecycle ----------------------------------------------------------------------------
 
     def on_start(self) -> None:
         self._log = DiskLog.open(self.directory, self._log_config())
         self._rebuild_producer_state()
         self._log.serve()  # reads come from the loop from here on
-        self.high_watermark = self._log.flushed_offset
+        self._window = AckWindow(self._log.flushed_offset, self.settings.write_caching)
         self._publish()
         self._lifecycle.start()
 
@@ -278,7 +289,7 @@ class Partition(LoopActor):
         self._lifecycle.stop()
         self._fail_waiters(ErrorCode.NOT_LEADER_OR_FOLLOWER)
         self.services.long_polls.gone((self.topic, self.index))
-        if not self._flushing:
+        if not self._window.flush_in_flight:
             self._close_log()
         # else the flush in flight closes it when it returns (_flush_returned)
 
@@ -432,12 +443,8 @@ class Partition(LoopActor):
         produced = ProduceResult(
             ErrorCode.NONE, result.base_offset, append_time, log_.log_start_offset
         )
-        if self.settings.write_caching:
-            self._advance_high_watermark(log_.written_offset)
-            self._answer(m, produced)
-        elif m.reply is not None:
-            self._waiters.append((result.last_offset + 1, m.reply, produced))
-        self._start_flush()
+        waiter = None if m.reply is None else _Waiter(m.reply, produced)
+        self._carry_out(self._window.appended(result.last_offset, waiter, _acks(m.acks)))
 
     def _append_failed(self, m: Produce, failure: AppendFailed) -> None:
         """A segment write failed; the log undid the append: refuse it, take the next."""
@@ -482,10 +489,8 @@ class Partition(LoopActor):
                     ErrorCode.NONE, batch.first_offset, -1, self._log_start_offset()
                 )
                 if m.reply is not None:
-                    if batch.last_offset < self.high_watermark:
-                        m.reply(result)
-                    else:
-                        self._waiters.append((batch.last_offset + 1, m.reply, result))
+                    waiter = _Waiter(m.reply, result)
+                    self._carry_out(self._window.wait(batch.last_offset, waiter, _acks(m.acks)))
                 return True
         return None
 
@@ -509,15 +514,25 @@ class Partition(LoopActor):
     def _log_start_offset(self) -> int:
         return self._log.log_start_offset if self._log is not None else -1
 
-    # Flush --------------------------------------------------------------------------------
+    # Flush: the I/O of the ack window's decisions (actors/ack_window.py) -----------------
+
+    def _carry_out(self, step: Step[_Waiter]) -> None:
+        """Do what the window decided, in its order: publish, answer, start a flush."""
+        if step.high_watermark is not None:
+            self._publish()
+        for waiter in step.acked:
+            waiter.reply(waiter.result)
+        for waiter in step.failed:  # their offsets were cut: never acknowledge them
+            waiter.reply(ProduceResult(ErrorCode.KAFKA_STORAGE_ERROR))
+        if step.start_flush:
+            self._start_flush()
 
     def _start_flush(self) -> None:
-        if self._flushing or self._log is None:
+        if self._log is None:
             return
         ticket = self._log.flush_prepare()
-        if ticket is None:
-            return
-        self._flushing = True
+        covers = self._window.flush_started()
+        assert ticket is not None and ticket.offset == covers, (ticket, self._window)
         flushed_bytes, self._unflushed_bytes = self._unflushed_bytes, 0
 
         def timed() -> float:
@@ -541,18 +556,17 @@ class Partition(LoopActor):
         try:
             self.actor_ref.tell(_FlushDone(ticket, error))
         except ActorDeadError:  # stopped while it ran: the log waited for it to close
-            self._flushing = False
             if self._log is not None:
                 self._settle_ticket(ticket, error)
             self._close_log()
 
-    def _settle_ticket(self, ticket: Any, error: BaseException | None) -> bool:
-        """Hand the returned ticket to the log: False if its flush failed (the log is cut
-        back to its flushed offset, the producer table with it)."""
+    def _settle_ticket(self, ticket: Any, error: BaseException | None) -> Step[_Waiter]:
+        """Hand the returned ticket to the log, then to the window. A failed flush cuts the
+        log back to its flushed offset, and the producer table with it."""
         assert self._log is not None
         if error is None:
             self._log.flush_complete(ticket)
-            return True
+            return self._window.flush_done(self._log.flushed_offset)
         written = self._log.written_offset
         try:
             self._log.flush_failed(ticket)
@@ -560,7 +574,7 @@ class Partition(LoopActor):
             log.critical("%s: cannot cut the log back after a failed fdatasync: %r; "
                          "partition offline", self, e)
             self.storage_failed()
-            return False
+            return self._window.flush_failed()
         durable = self._log.next_offset
         self._producers.forget_from(durable)
         self._unflushed_bytes = 0
@@ -571,46 +585,26 @@ class Partition(LoopActor):
         else:
             log.debug("%s: fdatasync failed again (%d in a row): %r", self,
                       self._flush_failures, error)
-        return False
+        step = self._window.flush_failed()
+        assert self._window.written_offset == durable, (durable, self._window)
+        return step
 
     def _flush_done(self, m: _FlushDone) -> None:
-        self._flushing = False
         if self._log is None:
             return
-        if self._deleted is not None:
-            self._settle_ticket(m.ticket, m.error)
+        step = self._settle_ticket(m.ticket, m.error)
+        if self._deleted is not None:  # its waiters were answered at the delete
             self._finish_delete()
             return
-        if not self._settle_ticket(m.ticket, m.error):
-            # What waited may not be on disk, and is no longer in the log: never acknowledge
-            # it (the module docstring has the rule). Writes go on.
-            metrics = self.services.metrics
-            if metrics is not None:
-                metrics.fdatasync_errors += 1
-            if self.high_watermark > self._log.next_offset:  # write.caching=true only
-                self.high_watermark = self._log.next_offset
-                self._publish()
-            self._fail_waiters(ErrorCode.KAFKA_STORAGE_ERROR)
-            self._lifecycle.close_retired()
-            return
-        if self._flush_failures:
+        metrics = self.services.metrics
+        if m.error is not None and metrics is not None:
+            metrics.fdatasync_errors += 1
+        if m.error is None and self._flush_failures:
             log.warning("%s: fdatasync works again after %d failures", self,
                         self._flush_failures)
             self._flush_failures = 0
         self._lifecycle.close_retired()
-        flushed = self._log.flushed_offset
-        if not self.settings.write_caching:
-            self._advance_high_watermark(flushed)
-        waiters = self._waiters
-        while waiters and waiters[0][0] <= flushed:
-            _, reply, result = waiters.popleft()
-            reply(result)
-        self._start_flush()
-
-    def _advance_high_watermark(self, offset: int) -> None:
-        if offset > self.high_watermark:
-            self.high_watermark = offset
-            self._publish()
+        self._carry_out(step)
 
     def _publish(self) -> None:
         """Tell the shard's watermark table (long polls, idle reads) what changed."""
@@ -620,9 +614,8 @@ class Partition(LoopActor):
         self.services.long_polls.publish((self.topic, self.index), state)
 
     def _fail_waiters(self, error: ErrorCode) -> None:
-        waiters, self._waiters = self._waiters, collections.deque()
-        for _, reply, _ in waiters:
-            reply(ProduceResult(error))
+        for waiter in self._window.fail_all():
+            waiter.reply(ProduceResult(error))
 
     # Reads --------------------------------------------------------------------------------
 
@@ -797,6 +790,7 @@ class Partition(LoopActor):
         self.settings = m.settings
         if self._log is not None:
             self._log.set_config(self._log_config())
+            self._carry_out(self._window.set_write_caching(m.settings.write_caching))
 
     def _delete(self, m: Delete) -> None:
         gone = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
@@ -804,10 +798,15 @@ class Partition(LoopActor):
         self._failed = gone  # produces still in the inbox are refused
         self._deleted = m.trash
         self._lifecycle.stop()
-        if not self._flushing:
+        if not self._window.flush_in_flight:
             self._finish_delete()
         # else _flush_done finishes it: the flush holds the log's fds
 
     def _finish_delete(self) -> None:
         self._close_log()
         self.stop_now()
+
+
+def _acks(acks: int) -> Acks:
+    """What a produce that gets an answer waits for (acks=0 waits for nothing)."""
+    return Acks.LEADER if acks == 1 else Acks.ALL
