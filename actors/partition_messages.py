@@ -1,0 +1,144 @@
+"""The messages a `Partition` actor takes (actors/partition.py), and what it answers.
+
+Each is an immutable record told to the partition's actor, from its own shard or, through
+shards/remote.py and shards/router.py, from another; `reply` callbacks run on the partition's
+loop. A produce runs in two phases (DESIGN.md §2): `on_dispatched` once its place in the log is
+fixed, `reply` once it is durable (acks=1 and acks=all) or refused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import NamedTuple
+
+from actors.log_lifecycle import DeleteRecordsReply
+from actors.topic_config import TopicSettings
+from storage import FileSlice
+from wire.errors import ErrorCode
+from wire.record_batch import BatchHeader
+
+__all__ = [
+    "EARLIEST_LOCAL_TIMESTAMP",
+    "EARLIEST_TIMESTAMP",
+    "LATEST_TIMESTAMP",
+    "MAX_TIMESTAMP",
+    "Delete",
+    "DeleteRecords",
+    "EpochEndOffset",
+    "FetchBudget",
+    "ListOffset",
+    "ListOffsetResult",
+    "PartitionInfo",
+    "Produce",
+    "ProduceResult",
+    "Read",
+    "ReadResult",
+    "UpdateSettings",
+]
+
+# ListOffsets' special timestamps.
+EARLIEST_TIMESTAMP = -2
+LATEST_TIMESTAMP = -1
+MAX_TIMESTAMP = -3
+EARLIEST_LOCAL_TIMESTAMP = -4
+
+
+class ProduceResult(NamedTuple):
+    error: ErrorCode
+    base_offset: int = -1
+    log_append_time_ms: int = -1
+    log_start_offset: int = -1
+    message: str | None = None
+
+
+class Produce(NamedTuple):
+    """Append validated batches. `reply` (phase two, "produced") is None for acks=0;
+    `on_dispatched` (phase one) runs once the batches are appended or refused, when the order
+    is fixed and the bytes are the partition's own (a cross-core produce frees its copy)."""
+
+    records: memoryview  # writable: offsets are patched in place
+    headers: list[BatchHeader]
+    acks: int
+    reply: Callable[[ProduceResult], None] | None
+    on_dispatched: Callable[[], None] | None = None
+
+
+class FetchBudget:
+    """Bytes left for one fetch response, shared by its partitions in request order."""
+
+    __slots__ = ("remaining", "taken")
+
+    def __init__(self, max_bytes: int) -> None:
+        self.remaining = max_bytes
+        self.taken = 0
+
+
+class ReadResult(NamedTuple):
+    error: ErrorCode
+    high_watermark: int = -1
+    log_start_offset: int = -1
+    records: FileSlice | memoryview | None = None
+
+    @property
+    def size(self) -> int:
+        records = self.records
+        if records is None:
+            return 0
+        return records.length if isinstance(records, FileSlice) else len(records)
+
+
+class Read(NamedTuple):
+    offset: int
+    max_bytes: int
+    current_leader_epoch: int
+    budget: FetchBudget
+    reply: Callable[[ReadResult], None]
+
+
+class ListOffsetResult(NamedTuple):
+    error: ErrorCode
+    timestamp: int = -1
+    offset: int = -1
+    leader_epoch: int = -1
+
+
+class ListOffset(NamedTuple):
+    timestamp: int
+    current_leader_epoch: int
+    reply: Callable[[ListOffsetResult], None]
+
+
+class EpochEndOffset(NamedTuple):
+    """OffsetForLeaderEpoch: the end offset of `leader_epoch`; replies (error, epoch, offset)."""
+
+    leader_epoch: int
+    current_leader_epoch: int
+    reply: Callable[[tuple[ErrorCode, int, int]], None]
+
+
+class PartitionInfo(NamedTuple):
+    """Replies a dict of offsets (for describe tools and tests)."""
+
+    reply: Callable[[dict[str, int]], None]
+
+
+class Delete(NamedTuple):
+    """The topic was deleted: fail waiters, close the log, remove the directory, stop.
+
+    The shard renamed the directory to `trash` before telling (a topic of the same name may
+    be created there at once); it is removed on the read pool."""
+
+    trash: Path
+
+
+class UpdateSettings(NamedTuple):
+    settings: TopicSettings
+
+
+class DeleteRecords(NamedTuple):
+    """Move the log start up to `offset` (-1: the high watermark); replies (error, low
+    watermark) once the new start is durable (actors/log_lifecycle.py)."""
+
+    offset: int
+    reply: DeleteRecordsReply
