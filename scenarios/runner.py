@@ -517,17 +517,25 @@ class _Admin:
 
 
 def build_history(out: Path, faults: list[dict[str, Any]]) -> list[Op]:
-    """The workers' packed operations and the nemesis's faults, as `Op`s in completion
-    order."""
+    """The workers' packed operations (the format is in scenarios/worker.py) and the
+    nemesis's faults, as `Op`s in completion order."""
     ops: list[Op] = []
     for role in ("producers", "consumers"):
         path = out / f"history-{role}.msgpack"
         if not path.exists():
             continue
         with open(path, "rb") as f:
-            for chunk in msgpack.Unpacker(f, raw=False, use_list=False):
-                for raw in chunk:
-                    ops.append(_op(raw))
+            unpacker = msgpack.Unpacker(f, raw=False, use_list=False)
+            header = next(unpacker, None)
+            if header is None:
+                continue
+            for sends, polls, assigns in unpacker:
+                if role == "producers":
+                    ops.extend(_send(header["producers"], raw) for raw in sends)
+                else:
+                    names = [name for name, _ in header["consumers"]]
+                    ops.extend(_poll(names, raw) for raw in polls)
+                    ops.extend(_assign(names, raw) for raw in assigns)
                 if len(ops) > limits.history_ops_max:
                     raise RunError(f"the history passed {limits.history_ops_max} operations")
     for fault in faults:
@@ -538,20 +546,27 @@ def build_history(out: Path, faults: list[dict[str, Any]]) -> list[Op]:
     return ops
 
 
-def _op(raw: tuple[Any, ...]) -> Op:
-    kind = raw[0]
-    if kind == "s":
-        _, client, invoke, done, outcome, topic, partition, n, offset = raw
-        return Op(op="send", client=client, invoke_ns=invoke, complete_ns=done,
-                  outcome=OUTCOMES[outcome], topic=topic, partition=partition,
-                  value=f"{client}-{n}", offset=offset)
-    if kind == "p":
-        _, client, invoke, done, records = raw
-        return Op(op="poll", client=client, invoke_ns=invoke, complete_ns=done, outcome="ok",
-                  records=tuple((t, p, o, v.decode() if isinstance(v, bytes) else v)
-                                for t, p, o, v in records))
-    _, client, invoke, done, held = raw
-    return Op(op="assign", client=client, invoke_ns=invoke, complete_ns=done, outcome="ok",
+def _send(clients: tuple[tuple[str, str], ...], raw: tuple[Any, ...]) -> Op:
+    index, invoke, done, outcome, partition, n, offset = raw
+    client, topic = clients[index]
+    return Op(op="send", client=client, invoke_ns=invoke, complete_ns=done,
+              outcome=OUTCOMES[outcome], topic=topic, partition=partition,
+              value=f"{client}-{n}", offset=offset)
+
+
+def _poll(names: list[str], raw: tuple[Any, ...]) -> Op:
+    index, invoke, done, topics, partitions, offsets, stamps = raw
+    if isinstance(topics, str):
+        topics = (topics,) * len(offsets)
+    return Op(op="poll", client=names[index], invoke_ns=invoke, complete_ns=done, outcome="ok",
+              records=tuple((t, p, o, v.rstrip().decode(errors="replace"))
+                            for t, p, o, v in zip(topics, partitions, offsets, stamps,
+                                                  strict=True)))
+
+
+def _assign(names: list[str], raw: tuple[Any, ...]) -> Op:
+    index, at, held = raw
+    return Op(op="assign", client=names[index], invoke_ns=at, complete_ns=at, outcome="ok",
               partitions=tuple((t, p) for t, p in held))
 
 
@@ -622,6 +637,7 @@ def run(scenario: Scenario, out: Path, quiet: bool = False, keep_data: bool = Fa
                   duration_s=round(time.monotonic() - started, 1),
                   clients={role: {"cpu_s": round(w.done.get("cpu_s", 0.0), 3),
                                   "cpu_load_s": round(w.done.get("cpu_load_s", 0.0), 3),
+                                  "main_load_s": round(w.done.get("main_load_s", 0.0), 3),
                                   "acked": w.done.get("acked_total", 0)}
                            for role, w in runner.workers.items() if w.done},
                   workload={"rate": scenario.workload.producer_rate,

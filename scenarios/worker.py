@@ -5,10 +5,21 @@ clients did. The runner talks to it over stdin (one command a line) and reads a 
 second from stdout; the process ends when told `stop` or when stdin closes (the runner died).
 
 Recording is kept off the clients' way (issue #16: at most 5% of the client side's CPU at
-20k msg/s): an operation is a small tuple appended to a list, and once a second the list is
-packed with msgpack onto the history file (`history-<role>.msgpack`), which the runner turns
-into `history.jsonl` after the run. Times are `time.monotonic_ns()`: CLOCK_MONOTONIC is one
-clock for every process on the machine, so the runner, the nemesis and the clients agree.
+20k msg/s). A send is a tuple of seven ints appended to a list (the client's name and topic
+are written once, in the file's header); a poll is one tuple of columns (partitions,
+offsets, stamps), so a record read costs three attribute calls and no object of its own. Once
+a second the lists are packed with msgpack onto the history file (`history-<role>.msgpack`),
+which the runner turns into `history.jsonl` after the run:
+
+    header  {"producers": [[name, topic], ...]}  or  {"consumers": [[name, [topic, ...]], ...]}
+    chunk   [sends, polls, assigns], once a second
+            send    (client, invoke_ns, complete_ns, outcome, partition, n, offset)
+            poll    (member, invoke_ns, complete_ns, topic or [topic per record],
+                     [partition, ...], [offset, ...], [stamp, ...])
+            assign  (member, at_ns, [[topic, partition], ...])
+
+Times are `time.monotonic_ns()`: CLOCK_MONOTONIC is one clock for every process on the
+machine, so the runner, the nemesis and the clients agree.
 
 Each sent value begins with its 20-byte stamp `<client>-<n>` (space-padded), the rest is the
 workload's payload; a consumer reads the stamp back. The values are therefore unique per run,
@@ -34,6 +45,7 @@ from functools import partial
 from typing import Any
 
 import msgpack
+from confluent_kafka import Message as _Message
 
 from scenarios import limits
 
@@ -53,14 +65,31 @@ def cpu_s() -> float:
 
 
 class Stats:
-    """What the progress line shows, reset each second; and the CPU the load itself cost
-    (from ready to stop or drain: the figure of bench/scenarios.py runner_overhead)."""
+    """What the progress line shows, reset each second; and the CPU the load itself cost,
+    from ready to stop or drain (bench/scenarios.py runner_overhead): the whole process's,
+    and the main thread's alone. Recording runs on the main thread only (every client's
+    callbacks are brought there), while a client's own threads (librdkafka's, aiokafka's
+    loop) vary with timing far more than recording costs."""
 
     def __init__(self) -> None:
         self.acked = self.failed = self.polled = 0
         self.acked_total = 0
         self.cpu_ready_s = self.cpu_end_s = 0.0
+        self.main_ready_s = self.main_end_s = 0.0
         self.latencies_ns: list[int] = []
+
+    def ready(self) -> None:
+        self.cpu_ready_s, self.main_ready_s = cpu_s(), time.thread_time()
+
+    def end(self) -> None:
+        """The load is over (called on the main thread); later calls change nothing."""
+        if not self.cpu_end_s:
+            self.cpu_end_s, self.main_end_s = cpu_s(), time.thread_time()
+
+    def load(self) -> dict[str, float]:
+        self.end()
+        return {"cpu_load_s": self.cpu_end_s - self.cpu_ready_s,
+                "main_load_s": self.main_end_s - self.main_ready_s}
 
     def line(self) -> dict[str, Any]:
         lat = sorted(self.latencies_ns)
@@ -78,11 +107,17 @@ class Recorder:
 
     def __init__(self, path: str, stats: Stats, recording: bool = True) -> None:
         self.recording = recording  # off only to measure what recording costs (bench/)
-        self.ops: list[tuple[Any, ...]] = []
+        self.sends: list[tuple[int | None, ...]] = []
+        self.polls: list[tuple[Any, ...]] = []
+        self.assigns: list[tuple[Any, ...]] = []
         self.file = open(path, "ab")
         self.lock = threading.Lock()  # only for callbacks from a client's own thread
         self.stats = stats
         self.next_tick = time.monotonic() + limits.stats_interval_s
+
+    def header(self, names: dict[str, Any]) -> None:
+        """Who the indexes in the operations are: written once, before any chunk."""
+        self.file.write(msgpack.packb(names, use_bin_type=True))
 
     def tick(self) -> None:
         if time.monotonic() >= self.next_tick:
@@ -92,9 +127,10 @@ class Recorder:
 
     def flush(self) -> None:
         with self.lock:
-            ops, self.ops = self.ops, []
-        if ops:
-            self.file.write(msgpack.packb(ops, use_bin_type=True))
+            chunk = [self.sends, self.polls, self.assigns]
+            self.sends, self.polls, self.assigns = [], [], []
+        if any(chunk):
+            self.file.write(msgpack.packb(chunk, use_bin_type=True))
             self.file.flush()
 
     def close(self) -> None:
@@ -123,30 +159,29 @@ class ConfluentProducers:
         self.clients: list[tuple[str, str, Any]] = [
             (name, topic, Producer(settings)) for name, topic in config["producers"]]
         self.recorder, self.stats = recorder, stats
+        recorder.header({"producers": config["producers"]})
 
     def send(self, index: int, n: int, value: bytes, key: bytes | None) -> None:
-        name, topic, producer = self.clients[index]
+        _, topic, producer = self.clients[index]
         invoke = time.monotonic_ns()
         try:
-            producer.produce(topic, value, key, on_delivery=partial(self._done, name, topic, n,
-                                                                    invoke))
+            producer.produce(topic, value, key, on_delivery=partial(self._done, index, n, invoke))
         except BufferError:  # the client's queue is full: never sent
-            self._record(name, topic, n, invoke, FAILED, -1, None)
+            self._record(index, n, invoke, FAILED, -1, None)
             producer.poll(0.001)
 
-    def _done(self, name: str, topic: str, n: int, invoke: int, err: Any, msg: Any) -> None:
+    def _done(self, index: int, n: int, invoke: int, err: Any, msg: Any) -> None:
         if err is None:
-            self._record(name, topic, n, invoke, OK, msg.partition(), msg.offset())
+            self._record(index, n, invoke, OK, msg.partition(), msg.offset())
         else:
             outcome = FAILED if err.name() in _NEVER_SENT else UNKNOWN
-            self._record(name, topic, n, invoke, outcome, msg.partition(), None)
+            self._record(index, n, invoke, outcome, msg.partition(), None)
 
-    def _record(self, name: str, topic: str, n: int, invoke: int, outcome: int,
-                partition: int, offset: int | None) -> None:
+    def _record(self, index: int, n: int, invoke: int, outcome: int, partition: int,
+                offset: int | None) -> None:
         done = time.monotonic_ns()
         if self.recorder.recording:
-            self.recorder.ops.append(("s", name, invoke, done, outcome, topic, partition, n,
-                                      offset))
+            self.recorder.sends.append((index, invoke, done, outcome, partition, n, offset))
         if outcome == OK:
             self.stats.acked += 1
             self.stats.acked_total += 1
@@ -187,21 +222,22 @@ class KafkaPythonProducers(ConfluentProducers):
         self.clients = [(name, topic, KafkaProducer(**settings))
                         for name, topic in config["producers"]]
         self.recorder, self.stats = recorder, stats
+        recorder.header({"producers": config["producers"]})
         self._completed: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
 
     def send(self, index: int, n: int, value: bytes, key: bytes | None) -> None:
-        name, topic, producer = self.clients[index]
+        _, topic, producer = self.clients[index]
         invoke = time.monotonic_ns()
         try:
             future = producer.send(topic, value=value, key=key)
         except Exception:  # noqa: BLE001 - refused before sending (buffer full, too large)
-            self._record(name, topic, n, invoke, FAILED, -1, None)
+            self._record(index, n, invoke, FAILED, -1, None)
             return
         # Callbacks run on the client's I/O thread: hand them to the sending thread.
         future.add_callback(lambda md: self._completed.put(
-            partial(self._record, name, topic, n, invoke, OK, md.partition, md.offset)))
+            partial(self._record, index, n, invoke, OK, md.partition, md.offset)))
         future.add_errback(lambda e: self._completed.put(
-            partial(self._record, name, topic, n, invoke, UNKNOWN, -1, None)))
+            partial(self._record, index, n, invoke, UNKNOWN, -1, None)))
 
     def connect(self, warmup_topic: str) -> None:
         for _, topic, producer in self.clients:
@@ -239,7 +275,7 @@ def run_producers(config: dict[str, Any], recorder: Recorder, stats: Stats,
     while True:
         try:
             if commands.get_nowait() == "stop":
-                stats.cpu_end_s = cpu_s()
+                stats.end()
                 break
         except queue.Empty:
             pass
@@ -265,31 +301,38 @@ def run_producers(config: dict[str, Any], recorder: Recorder, stats: Stats,
 # --- consumers -------------------------------------------------------------------------------
 
 
+def _single_topics(config: dict[str, Any], recorder: Recorder) -> list[str | None]:
+    """Each member's topic if it reads one (a poll then names it once, not per record), and
+    the file's header."""
+    recorder.header({"consumers": [[name, topics] for name, _, topics in config["consumers"]]})
+    return [topics[0] if len(topics) == 1 else None for _, _, topics in config["consumers"]]
+
+
 class ConfluentConsumers:
     def __init__(self, config: dict[str, Any], recorder: Recorder, stats: Stats) -> None:
         from confluent_kafka import Consumer
 
         self.recorder, self.stats = recorder, stats
         self.members: list[tuple[str, str, Any]] = []
-        for name, group, topics in config["consumers"]:
+        self.topic = _single_topics(config, recorder)
+        for index, (name, group, topics) in enumerate(config["consumers"]):
             consumer = Consumer({
                 "bootstrap.servers": config["bootstrap"], "group.id": group,
                 "auto.offset.reset": "earliest", "enable.partition.eof": False,
                 "topic.metadata.refresh.interval.ms": limits.metadata_refresh_ms,
                 **config["consumer_config"]})
-            consumer.subscribe(topics, on_assign=partial(self._assigned, name),
-                               on_revoke=partial(self._assigned, name, revoked=True))
+            consumer.subscribe(topics, on_assign=partial(self._assigned, index),
+                               on_revoke=partial(self._assigned, index, revoked=True))
             self.members.append((name, group, consumer))
 
-    def _assigned(self, name: str, consumer: Any, partitions: list[Any],
+    def _assigned(self, index: int, consumer: Any, partitions: list[Any],
                   revoked: bool = False) -> None:
-        now = time.monotonic_ns()
         held = [] if revoked else [(p.topic, p.partition) for p in partitions]
         with self.recorder.lock:  # aiokafka calls this on its loop thread
-            self.recorder.ops.append(("a", name, now, now, held))
+            self.recorder.assigns.append((index, time.monotonic_ns(), held))
 
     def poll(self, index: int, timeout_s: float) -> None:
-        name, _, consumer = self.members[index]
+        consumer = self.members[index][2]
         invoke = time.monotonic_ns()
         messages = consumer.consume(limits.poll_records_max, timeout_s)
         if not messages:
@@ -297,18 +340,24 @@ class ConfluentConsumers:
         if not self.recorder.recording:  # the benchmark's baseline: a client that counts
             self.stats.polled += len(messages)
             return
-        records = [(m.topic(), m.partition(), m.offset(),
-                    (m.value() or b"")[:STAMP_BYTES].rstrip())
-                   for m in messages if m.error() is None]
-        self.recorder.ops.append(("p", name, invoke, time.monotonic_ns(), records))
-        self.stats.polled += len(records)
+        if any(map(_Message.error, messages)):
+            messages = [m for m in messages if m.error() is None]
+        topic = self.topic[index]
+        self.recorder.polls.append((
+            index, invoke, time.monotonic_ns(),
+            topic if topic is not None else list(map(_Message.topic, messages)),
+            list(map(_Message.partition, messages)), list(map(_Message.offset, messages)),
+            [v[:STAMP_BYTES] if v else b"" for v in map(_Message.value, messages)]))
+        self.stats.polled += len(messages)
 
-    def _record_batches(self, name: str, invoke: int, batches: dict[Any, list[Any]]) -> None:
+    def _record_batches(self, index: int, invoke: int, batches: dict[Any, list[Any]]) -> None:
         """kafka-python's and aiokafka's answer, {partition: [records]}, as one poll."""
-        records = [(m.topic, m.partition, m.offset, m.value[:STAMP_BYTES].rstrip())
-                   for messages in batches.values() for m in messages]
+        records = [m for messages in batches.values() for m in messages]
         if records:
-            self.recorder.ops.append(("p", name, invoke, time.monotonic_ns(), records))
+            self.recorder.polls.append((
+                index, invoke, time.monotonic_ns(), [m.topic for m in records],
+                [m.partition for m in records], [m.offset for m in records],
+                [m.value[:STAMP_BYTES] if m.value else b"" for m in records]))
             self.stats.polled += len(records)
 
     def assigned(self, index: int) -> bool:
@@ -330,32 +379,33 @@ class KafkaPythonConsumers(ConfluentConsumers):
 
         self.recorder, self.stats = recorder, stats
         self.members = []
+        self.topic = _single_topics(config, recorder)
         outer = self
 
-        for name, group, topics in config["consumers"]:
+        for index, (name, group, topics) in enumerate(config["consumers"]):
             class Listener(ConsumerRebalanceListener):  # type: ignore[misc]
-                def __init__(self, name: str) -> None:
-                    self.name = name
+                def __init__(self, index: int) -> None:
+                    self.index = index
 
                 def on_partitions_revoked(self, revoked: Any) -> None:
-                    outer._assigned(self.name, None, [], revoked=True)
+                    outer._assigned(self.index, None, [], revoked=True)
 
                 def on_partitions_assigned(self, assigned: Any) -> None:
-                    outer._assigned(self.name, None, list(assigned))
+                    outer._assigned(self.index, None, list(assigned))
 
             consumer = KafkaConsumer(
                 bootstrap_servers=config["bootstrap"], group_id=group,
                 auto_offset_reset="earliest", metadata_max_age_ms=limits.metadata_refresh_ms,
                 **config["consumer_config"])
-            consumer.subscribe(topics, listener=Listener(name))
+            consumer.subscribe(topics, listener=Listener(index))
             self.members.append((name, group, consumer))
 
     def poll(self, index: int, timeout_s: float) -> None:
-        name, _, consumer = self.members[index]
+        consumer = self.members[index][2]
         invoke = time.monotonic_ns()
         batches = consumer.poll(timeout_ms=int(timeout_s * 1000),
                                 max_records=limits.poll_records_max)
-        self._record_batches(name, invoke, batches)
+        self._record_batches(index, invoke, batches)
 
     def positions(self, index: int) -> dict[tuple[str, int], int]:
         _, _, consumer = self.members[index]
@@ -384,8 +434,8 @@ def run_consumers(config: dict[str, Any], recorder: Recorder, stats: Stats,
         try:
             command = commands.get_nowait()
             word, _, arg = command.partition(" ")
-            if word in ("stop", "drain") and not stats.cpu_end_s:
-                stats.cpu_end_s = cpu_s()
+            if word in ("stop", "drain"):
+                stats.end()
             if word == "stop":
                 break
             if word == "pause":
@@ -453,9 +503,10 @@ class AioKafkaProducers(KafkaPythonProducers):
             return producer
 
         self.clients = [(name, topic, self.aio.call(make())) for name, topic in config["producers"]]
+        recorder.header({"producers": config["producers"]})
 
     def send(self, index: int, n: int, value: bytes, key: bytes | None) -> None:
-        name, topic, producer = self.clients[index]
+        _, topic, producer = self.clients[index]
         invoke = time.monotonic_ns()
 
         async def one() -> None:
@@ -464,7 +515,7 @@ class AioKafkaProducers(KafkaPythonProducers):
                 outcome = (OK, md.partition, md.offset)
             except Exception:  # noqa: BLE001 - a timeout or a lost connection: unknown
                 outcome = (UNKNOWN, -1, None)
-            self._completed.put(partial(self._record, name, topic, n, invoke, *outcome))
+            self._completed.put(partial(self._record, index, n, invoke, *outcome))
 
         self.aio.loop.call_soon_threadsafe(self.aio.loop.create_task, one())
 
@@ -488,36 +539,37 @@ class AioKafkaConsumers(ConfluentConsumers):
         self.aio = _AioLoop()
         self.recorder, self.stats = recorder, stats
         self.members = []
+        self.topic = _single_topics(config, recorder)
         outer = self
 
         class Listener(ConsumerRebalanceListener):  # type: ignore[misc]
-            def __init__(self, name: str) -> None:
-                self.name = name
+            def __init__(self, index: int) -> None:
+                self.index = index
 
             async def on_partitions_revoked(self, revoked: Any) -> None:
-                outer._assigned(self.name, None, [], revoked=True)
+                outer._assigned(self.index, None, [], revoked=True)
 
             async def on_partitions_assigned(self, assigned: Any) -> None:
-                outer._assigned(self.name, None, list(assigned))
+                outer._assigned(self.index, None, list(assigned))
 
-        for name, group, topics in config["consumers"]:
-            async def make(name: str = name, group: str = group, topics: Any = topics) -> Any:
+        for index, (name, group, topics) in enumerate(config["consumers"]):
+            async def make(index: int = index, group: str = group, topics: Any = topics) -> Any:
                 consumer = AIOKafkaConsumer(
                     bootstrap_servers=config["bootstrap"], group_id=group,
                     auto_offset_reset="earliest", metadata_max_age_ms=limits.metadata_refresh_ms,
                     **config["consumer_config"])
-                consumer.subscribe(topics, listener=Listener(name))
+                consumer.subscribe(topics, listener=Listener(index))
                 await consumer.start()
                 return consumer
 
             self.members.append((name, group, self.aio.call(make())))
 
     def poll(self, index: int, timeout_s: float) -> None:
-        name, _, consumer = self.members[index]
+        consumer = self.members[index][2]
         invoke = time.monotonic_ns()
         batches = self.aio.call(consumer.getmany(timeout_ms=int(timeout_s * 1000),
                                                  max_records=limits.poll_records_max))
-        self._record_batches(name, invoke, batches)
+        self._record_batches(index, invoke, batches)
 
     def positions(self, index: int) -> dict[tuple[str, int], int]:
         _, _, consumer = self.members[index]
@@ -599,14 +651,13 @@ def main(argv: list[str] | None = None) -> int:
             gc.collect()
             gc.freeze()
             gc.set_threshold(*limits.gc_thresholds)
-            stats.cpu_ready_s = cpu_s()
+            stats.ready()
             print(json.dumps({"ready": True}), flush=True)
 
         ROLES[config["role"]](config, recorder, stats, commands, ready)
     finally:
         recorder.close()
-        load_s = (stats.cpu_end_s or cpu_s()) - stats.cpu_ready_s
-        print(json.dumps({"done": True, "cpu_s": cpu_s(), "cpu_load_s": load_s,
+        print(json.dumps({"done": True, "cpu_s": cpu_s(), **stats.load(),
                           "acked_total": stats.acked_total, **stats.line()}),
               flush=True)
     return 0
