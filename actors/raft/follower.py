@@ -1,0 +1,124 @@
+"""The follower's half of replication: appends in, answers out once flushed.
+
+An append (MsgApp) names the leader's prev (offset, term) and ranges. The follower
+
+1. skips what its commit covers (the committed prefix is in every leader's log);
+2. rejects if it does not hold prev with that term, with a hint: its largest offset at or
+   below prev whose term is <= the prev term, and that term (the leader skips a term);
+3. finds the first range offset it does not hold with the range's term, truncates its tail
+   from there (never below its commit) and appends the rest: `TruncateAfter` and `Append`
+   (with the message's payload: the batches' bytes) in the Ready;
+4. notes that its log matches the leader's up to the message's end (`leader_match`) and that
+   an answer is owed up to there (`ack_pending`).
+
+An answer says "my log matches yours and is synced up to offset X", so it is sent only when
+`flushed()` reports the sync: X = min(flushed offset, leader_match). Several appends written
+before one sync get one answer; a duplicate of what is synced already is answered at once
+(a probing leader waits for it). Rejections claim nothing durable and go out at once.
+
+    MsgApp ..10  MsgApp ..14  MsgApp ..20   flushed(20, t)
+        |            |            |               |
+    Append       Append       Append        MsgAppResp 20    ack_pending 20 -> answered
+
+Heartbeats carry the commit offset clipped to what the leader knows we match; an install
+(MsgSnap) restarts the log at the leader's log start when ours does not reach it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from actors.raft.messages import Append, InstallStart, Message, MsgType, Range, TruncateAfter
+
+if TYPE_CHECKING:
+    from actors.raft.machine import RaftMachine
+
+__all__ = ["handle_append", "handle_heartbeat", "handle_install", "maybe_ack"]
+
+
+def handle_append(r: RaftMachine, m: Message) -> None:
+    prev, prev_term, ranges = m.offset, m.log_term, m.ranges
+    if prev < r.commit:
+        if not ranges or ranges[-1].last <= r.commit:
+            _accept(r, r.commit, m.commit)
+            return
+        prev, prev_term, ranges = _skip_committed(ranges, r.commit)
+    log = r.log
+    if log.term_at(prev) != prev_term:
+        hint, hint_term = log.find_conflict_by_term(min(prev, log.last_offset), prev_term)
+        r.send(Message(MsgType.MsgAppResp, m.sender, r.id, r.term, offset=prev,
+                       log_term=hint_term, reject=True, hint=hint))
+        return
+    for i, rg in enumerate(ranges):
+        first = log.first_mismatch(rg)
+        if first is None:
+            continue
+        assert first > r.commit, (first, r.commit)  # a committed entry never changes
+        if first <= log.last_offset:
+            log.truncate_after(first - 1)
+            r.log_writes.append(TruncateAfter(first - 1))
+        new = (Range(first, rg.last, rg.term), *ranges[i + 1:])
+        for x in new:
+            log.append(x)
+        r.log_writes.append(Append(new, m.payload))
+        break
+    _accept(r, ranges[-1].last if ranges else prev, m.commit)
+
+
+def _skip_committed(ranges: tuple[Range, ...],
+                    commit: int) -> tuple[int, int, tuple[Range, ...]]:
+    """The part of `ranges` after `commit` (at a batch boundary: commits always are), and the
+    leader's term at `commit` as the new prev."""
+    for i, rg in enumerate(ranges):
+        if rg.last > commit:
+            if rg.base > commit:
+                return commit, ranges[i - 1].term, ranges[i:]
+            return commit, rg.term, (Range(commit + 1, rg.last, rg.term), *ranges[i + 1:])
+    raise AssertionError((ranges, commit))
+
+
+def handle_heartbeat(r: RaftMachine, m: Message) -> None:
+    commit = min(m.commit, r.log.last_offset)
+    if commit > r.commit:
+        r.commit = commit
+    r.send(Message(MsgType.MsgHeartbeatResp, m.sender, r.id, r.term))
+
+
+def handle_install(r: RaftMachine, m: Message) -> None:
+    """MsgSnap: the leader's log starts after `m.offset`, which has term `m.log_term`."""
+    before_start = m.offset
+    if before_start <= r.commit:
+        _accept(r, r.commit, m.commit)
+    elif r.log.term_at(before_start) == m.log_term:
+        _accept(r, before_start, m.commit)
+    else:
+        r.log.restart(before_start + 1, m.log_term)
+        r.log_writes.append(InstallStart(before_start + 1, m.log_term))
+        r.commit = before_start  # all below the leader's log start is committed
+        r.leader_match = before_start
+        _accept(r, before_start, m.commit)
+
+
+def _accept(r: RaftMachine, upto: int, leader_commit: int) -> None:
+    """Our log matches the leader's up to `upto`; the append that told us wants an answer."""
+    if upto > r.leader_match:
+        r.leader_match = upto
+    if upto > r.ack_pending:
+        r.ack_pending = upto
+    r.ack_due = True
+    commit = min(leader_commit, r.leader_match)
+    if commit > r.commit:
+        r.commit = commit
+    maybe_ack(r)
+
+
+def maybe_ack(r: RaftMachine) -> None:
+    """Answer the leader for what is both synced and known to match its log."""
+    if not r.ack_due or r.leader is None:
+        return
+    ackable = min(r.log.flushed_offset, r.leader_match)
+    if ackable >= r.ack_pending or ackable > r.ack_sent:
+        r.send(Message(MsgType.MsgAppResp, r.leader, r.id, r.term, offset=ackable))
+        r.ack_sent = ackable
+        if ackable >= r.ack_pending:
+            r.ack_due = False

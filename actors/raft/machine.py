@@ -1,0 +1,459 @@
+"""The Raft machine of one partition: roles, terms, elections; inputs in, a Ready out.
+
+A pure state machine after etcd-io/raft's RawNode: no sockets, files or clocks inside. Time
+is `tick()`, randomness an injected `random.Random`, the network `step(message)` in and
+`Ready.messages` out, the disk `Ready.log_writes` out and `flushed(offset, term)` in.
+
+    tick() / step(msg) / propose(n) / flushed(o, t)      has_ready() -> ready() -> advance()
+                     |                                               |
+                  machine ----------- Ready -------------> orchestrator (the Partition actor):
+                                                         persist hard_state, then write the
+                                                         log, then send messages
+
+Roles and how they change (every transition goes through one `become_*` that sets it all):
+
+    follower --election timeout--> pre-candidate --quorum of pre-votes--> candidate
+        ^  ^                            |                                   |  quorum of
+        |  +--------lost / a leader-----+-----------------------------------+  votes
+        |                                                                   v
+        +---- a higher term; check-quorum failed (no quorum heard) ---- leader
+
+- Elections: a randomized timeout in [election_ticks, 2 * election_ticks); pre-vote first
+  (a partitioned node does not inflate terms); check-quorum (a leader that heard from no
+  quorum in an election timeout steps down); the leader lease (a follower that heard its
+  leader within the election timeout ignores (pre)votes, unless the vote says "leadership
+  transfer").
+- Persist before send: a term or vote change is in `Ready.hard_state`, and the orchestrator
+  syncs it before it sends that Ready's messages. Log writes need not be synced first: an
+  append is only ever acknowledged for what `flushed()` reported (follower.py), and the
+  leader counts its own log only up to its flushed offset (Raft thesis §10.2.1).
+- A new leader appends a no-op (a Kafka LEADER_CHANGE control batch of one record, in its
+  term) only when its log ends past its known commit. The commit rule (only onto an entry
+  of the current term, figure 8) holds whatever the log holds; the no-op only lets an
+  earlier term's uncommitted tail commit without waiting for a proposal. A log that ends at
+  its known commit has no such tail: its known commit is then the true one (known <= true
+  <= its last, by leader completeness), so the high watermark is right already and the
+  first proposal, the first entry of the term, commits the usual way. Offsets need no
+  translation either way: the no-op is a batch at the next offset like any other.
+- Leadership transfer: the leader refuses proposals, catches the transferee up and sends it
+  MsgTimeoutNow; the transferee campaigns at once, without pre-vote, its votes marked
+  `transfer` so that followers' leases let them through. Abandoned after an election timeout.
+- Static replica sets: no membership changes.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from actors.raft import limits
+from actors.raft.follower import handle_append, handle_heartbeat, handle_install, maybe_ack
+from actors.raft.leader import (
+    broadcast_heartbeat,
+    leader_acked,
+    send_pending_appends,
+    step_leader,
+)
+from actors.raft.log import LogView
+from actors.raft.messages import (
+    LEADER_CHANGE,
+    Append,
+    HardState,
+    LogState,
+    LogWrite,
+    Message,
+    MsgType,
+    NodeId,
+    Range,
+    Ready,
+    Role,
+    SoftState,
+)
+from actors.raft.progress import Progress
+
+__all__ = ["BatchReader", "Config", "RaftMachine", "Status"]
+
+# (first offset, last offset, bytes max) -> (end offset, bytes): the end of the longest run of
+# whole batches from `first` that ends at or before `last` and fits `bytes max` (always at least
+# one batch), and its size. The orchestrator's in-memory index answers it, asked only about
+# what its log holds (never the Ready's own writes, which appends name whole, unsized).
+# Without one an append names everything from `first` on, and the in-flight window counts
+# messages only.
+BatchReader = Callable[[int, int, int], tuple[int, int]]
+
+_VOTES = (MsgType.MsgVote, MsgType.MsgPreVote)
+_FROM_LEADER = (MsgType.MsgApp, MsgType.MsgHeartbeat, MsgType.MsgSnap)
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    id: NodeId
+    peers: tuple[NodeId, ...]  # every voter, this one included; their order is the send order
+    election_ticks: int = limits.election_ticks_default
+    heartbeat_ticks: int = limits.heartbeat_ticks_default
+    pre_vote: bool = True
+    check_quorum: bool = True
+    inflight_messages_max: int = limits.inflight_messages_max
+    inflight_bytes_max: int = limits.inflight_bytes_max
+    append_bytes_max: int = limits.append_bytes_max
+
+    def __post_init__(self) -> None:
+        assert self.id in self.peers and len(set(self.peers)) == len(self.peers), self
+        assert 0 < self.heartbeat_ticks < self.election_ticks, self
+
+
+class Status(NamedTuple):
+    id: NodeId
+    role: Role
+    term: int
+    vote: NodeId | None
+    leader: NodeId | None
+    commit: int
+    log_start: int
+    last_offset: int
+    flushed_offset: int
+    transferee: NodeId | None
+    progress: dict[NodeId, str]  # leader only: each follower's Progress.describe()
+
+
+class RaftMachine:
+    """One replica's Raft state machine (see the module docstring). Not thread-safe: one
+    owner drives it."""
+
+    def __init__(self, config: Config, rng: random.Random, *,
+                 hard_state: HardState | None = None, log: LogState | None = None,
+                 committed: int = -1, batch_reader: BatchReader | None = None) -> None:
+        """A machine restarting from what its orchestrator persisted: `hard_state`, the synced
+        `log`, and a commit offset checkpointed lazily (any value up to the true one)."""
+        self.config = config
+        self.id = config.id
+        self.peers = tuple(p for p in config.peers if p != config.id)
+        self.quorum = len(config.peers) // 2 + 1
+        self.rng = rng
+        self.batch_reader = batch_reader
+        hard_state = hard_state or HardState(0, None)
+        self.term = hard_state.term
+        self.vote = hard_state.vote
+        self.log = LogView(log)
+        self.commit = max(min(committed, self.log.last_offset), self.log.log_start - 1)
+        self.role = Role.Follower
+        self.leader: NodeId | None = None
+        self.election_elapsed = 0
+        self.heartbeat_elapsed = 0
+        self.randomized_election_ticks = config.election_ticks
+        self.votes: dict[NodeId, bool] = {}
+        self.progress: dict[NodeId, Progress] = {}
+        self.transferee: NodeId | None = None
+        # follower: answering appends once flushed (follower.py)
+        self.leader_match = self.commit  # the log matches the leader's up to here
+        self.ack_pending = -1  # accepted appends up to here want an answer
+        self.ack_due = False
+        self.ack_sent = -1
+        # output, gathered until ready()
+        self.msgs: list[Message] = []
+        self.log_writes: list[LogWrite] = []
+        self.want_append: dict[NodeId, bool] = {}  # leader: peer -> send even if empty
+        self.unwritten_from: int | None = None  # leader: the first offset of this Ready's writes
+        # what the last Ready said (compared field by field: has_ready() is called a lot)
+        self._prev_term, self._prev_vote = self.term, self.vote
+        self._prev_leader: NodeId | None = None
+        self._prev_role = Role.Follower
+        self._prev_commit = self.commit
+        self._ready_out = False
+        self.become_follower(self.term, None)
+
+    # ------------------------------------------------------------------------ inputs
+
+    def tick(self) -> None:
+        """One unit of the orchestrator's clock."""
+        self.election_elapsed += 1
+        if self.role != Role.Leader:
+            if self.election_elapsed >= self.randomized_election_ticks:
+                self.election_elapsed = 0
+                self.campaign()
+            return
+        self.heartbeat_elapsed += 1
+        if self.election_elapsed >= self.config.election_ticks:
+            self.election_elapsed = 0
+            if self.config.check_quorum and not self._quorum_active():
+                self.become_follower(self.term, None)
+                return
+            self.transferee = None  # a transfer not done within an election timeout failed
+        if self.heartbeat_elapsed >= self.config.heartbeat_ticks:
+            self.heartbeat_elapsed = 0
+            broadcast_heartbeat(self)
+
+    def campaign(self) -> None:
+        """MsgHup: start an election (a pre-vote first when configured)."""
+        if self.role != Role.Leader:
+            self._campaign(pre_vote=self.config.pre_vote, transfer=False)
+
+    def propose(self, records: int, payload: Any = None) -> Range | None:
+        """The leader appends a batch of `records` records: its offsets and term, None when
+        refused (not the leader, or a leadership transfer is under way). `payload` comes back
+        in the Ready's Append (the orchestrator may have written the batch already)."""
+        assert records > 0, records
+        if self.role != Role.Leader or self.transferee is not None:
+            return None
+        return self._append_local(records, payload)
+
+    def transfer_leader(self, to: NodeId) -> None:
+        """MsgTransferLeader: hand leadership to `to` (a leader's; others ignore it)."""
+        self.step(Message(MsgType.MsgTransferLeader, self.id, to, 0))
+
+    def report_unreachable(self, peer: NodeId) -> None:
+        """MsgUnreachable: a send to `peer` failed or its link is too slow to queue on."""
+        self.step(Message(MsgType.MsgUnreachable, self.id, peer, 0))
+
+    def set_log_start(self, offset: int) -> None:
+        """Retention or DeleteRecords removed every batch below `offset` (only committed
+        offsets may go: a follower that needs them gets an install of the new start)."""
+        assert offset <= self.commit + 1, (offset, self.commit)
+        self.log.set_log_start(offset)
+        # An append gathered for the next Ready that names what is gone cannot be sent:
+        # withdraw it and probe its follower again (it gets an install if it needs one).
+        for m in [m for m in self.msgs
+                  if m.type == MsgType.MsgApp and m.ranges and m.ranges[0].base < offset]:
+            self.msgs.remove(m)
+            pr = self.progress.get(m.to)
+            if pr is not None:
+                pr.become_probe()
+                self.want_append[m.to] = True
+
+    def step(self, m: Message) -> None:
+        """Take one message: from a peer (term > 0) or local (term 0)."""
+        if m.term > self.term:
+            if m.type in _VOTES and not m.transfer and self._in_lease():
+                return  # a leader was heard within the election timeout: it still leads
+            if m.type == MsgType.MsgPreVote or (m.type == MsgType.MsgPreVoteResp
+                                                and not m.reject):
+                pass  # pre-votes are for a term nobody has entered yet
+            else:
+                self.become_follower(m.term, m.sender if m.type in _FROM_LEADER else None)
+        elif 0 < m.term < self.term:
+            if m.type in (MsgType.MsgApp, MsgType.MsgHeartbeat):
+                # A deposed leader, or one we left behind while partitioned (pre-vote and
+                # check-quorum keep us from bumping its term otherwise): tell it our term.
+                self.send(Message(MsgType.MsgAppResp, m.sender, self.id, self.term))
+            elif m.type == MsgType.MsgPreVote:
+                self.send(Message(MsgType.MsgPreVoteResp, m.sender, self.id, self.term,
+                                  reject=True))
+            return
+        t = m.type
+        if t in _VOTES:
+            self._handle_vote(m)
+        elif t == MsgType.MsgHup:
+            self.campaign()
+        elif self.role == Role.Leader:
+            step_leader(self, m)
+        elif self.role == Role.Follower:
+            self._step_follower(m)
+        else:
+            self._step_candidate(m)
+
+    def flushed(self, offset: int, term: int) -> None:
+        """The orchestrator's log is synced up to `offset`, whose batch had `term` when the
+        sync began; everything written before the sync began is durable. One sync can cover
+        many appends: the follower then answers them all with one message."""
+        if not self.log.mark_flushed(offset, term):
+            return
+        if self.role == Role.Leader:
+            leader_acked(self)
+        else:
+            maybe_ack(self)
+
+    # ------------------------------------------------------------------------ output
+
+    def has_ready(self) -> bool:
+        if self.want_append:
+            send_pending_appends(self)
+        return bool(self.msgs or self.log_writes or self.commit != self._prev_commit
+                    or self.term != self._prev_term or self.vote != self._prev_vote
+                    or self.leader != self._prev_leader or self.role != self._prev_role)
+
+    def ready(self) -> Ready:
+        """Everything gathered since the last Ready; call `advance()` once it is handled."""
+        assert not self._ready_out, "ready() again before advance()"
+        if self.want_append:
+            send_pending_appends(self)
+        hard = soft = None
+        if self.term != self._prev_term or self.vote != self._prev_vote:
+            hard = HardState(self.term, self.vote)
+            self._prev_term, self._prev_vote = self.term, self.vote
+        if self.leader != self._prev_leader or self.role != self._prev_role:
+            soft = SoftState(self.leader, self.role)
+            self._prev_leader, self._prev_role = self.leader, self.role
+        commit = self.commit if self.commit != self._prev_commit else None
+        self._prev_commit = self.commit
+        rd = Ready(soft, hard, tuple(self.log_writes), tuple(self.msgs), commit)
+        self.msgs.clear()
+        self.log_writes.clear()
+        self.unwritten_from = None
+        self._ready_out = True
+        return rd
+
+    def advance(self) -> None:
+        """The last Ready is handled: its hard state synced, its writes issued, its messages
+        handed to the transport."""
+        assert self._ready_out, "advance() without ready()"
+        self._ready_out = False
+
+    def status(self) -> Status:
+        return Status(self.id, self.role, self.term, self.vote, self.leader, self.commit,
+                      self.log.log_start, self.log.last_offset, self.log.flushed_offset,
+                      self.transferee,
+                      {p: pr.describe() for p, pr in self.progress.items()})
+
+    def send(self, m: Message) -> None:
+        self.msgs.append(m)
+
+    # ------------------------------------------------------------------------ roles
+
+    def _reset(self, term: int) -> None:
+        if self.role == Role.Leader:
+            # Appends not yet handed out name this log as it is now, which a new leader may
+            # truncate before the Ready that carries them: they go, they are a leader's.
+            self.msgs = [m for m in self.msgs
+                         if m.type not in (MsgType.MsgApp, MsgType.MsgSnap)]
+        if term != self.term:
+            assert term > self.term, (term, self.term)
+            self.term = term
+            self.vote = None
+        self.leader = None
+        self.election_elapsed = 0
+        self.heartbeat_elapsed = 0
+        self.randomized_election_ticks = self.config.election_ticks + self.rng.randrange(
+            self.config.election_ticks)
+        self.transferee = None
+        self.votes = {}
+        self.progress = {}
+        self.want_append = {}
+        self.leader_match = self.commit
+        self.ack_pending = -1
+        self.ack_due = False
+        self.ack_sent = -1
+
+    def become_follower(self, term: int, leader: NodeId | None) -> None:
+        self._reset(term)
+        self.role = Role.Follower
+        self.leader = leader
+
+    def _become_pre_candidate(self) -> None:
+        # No term or vote change: a pre-vote round persists nothing.
+        self._reset(self.term)
+        self.role = Role.PreCandidate
+
+    def _become_candidate(self) -> None:
+        assert self.role != Role.Leader
+        self._reset(self.term + 1)
+        self.role = Role.Candidate
+        self.vote = self.id
+
+    def _become_leader(self) -> None:
+        assert self.role == Role.Candidate, self.role
+        self._reset(self.term)
+        self.role = Role.Leader
+        self.leader = self.id
+        cfg = self.config
+        for p in self.peers:
+            self.progress[p] = Progress(self.log.last_offset + 1, cfg.inflight_messages_max,
+                                        cfg.inflight_bytes_max)
+            self.want_append[p] = True
+        if self.log.last_offset > self.commit:
+            self._append_local(1, LEADER_CHANGE)  # see the module docstring
+
+    def _append_local(self, records: int, payload: Any) -> Range:
+        base = self.log.last_offset + 1
+        r = Range(base, base + records - 1, self.term)
+        if self.unwritten_from is None:
+            self.unwritten_from = base
+        self.log.append(r)
+        self.log_writes.append(Append((r,), payload))
+        for p in self.peers:
+            self.want_append.setdefault(p, False)
+        return r
+
+    # ------------------------------------------------------------------------ elections
+
+    def _in_lease(self) -> bool:
+        return (self.config.check_quorum and self.leader is not None
+                and self.election_elapsed < self.config.election_ticks)
+
+    def _quorum_active(self) -> bool:
+        active = 1 + sum(pr.recent_active for pr in self.progress.values())
+        for pr in self.progress.values():
+            pr.recent_active = False
+        return active >= self.quorum
+
+    def _campaign(self, pre_vote: bool, transfer: bool) -> None:
+        if pre_vote:
+            self._become_pre_candidate()
+            vote_type, term = MsgType.MsgPreVote, self.term + 1
+        else:
+            self._become_candidate()
+            vote_type, term = MsgType.MsgVote, self.term
+        if self._poll(self.id, True):
+            return  # a single voter: already through
+        last, last_term = self.log.last_offset, self.log.last_term
+        for p in self.peers:
+            self.send(Message(vote_type, p, self.id, term, offset=last, log_term=last_term,
+                              transfer=transfer))
+
+    def _poll(self, voter: NodeId, granted: bool) -> bool:
+        """Count a vote; True when the election is decided (and acted on)."""
+        self.votes.setdefault(voter, granted)
+        yes = sum(self.votes.values())
+        if yes >= self.quorum:
+            if self.role == Role.PreCandidate:
+                self._campaign(pre_vote=False, transfer=False)
+            else:
+                self._become_leader()
+            return True
+        if len(self.votes) - yes > len(self.config.peers) - self.quorum:
+            self.become_follower(self.term, None)
+            return True
+        return False
+
+    def _handle_vote(self, m: Message) -> None:
+        pre = m.type == MsgType.MsgPreVote
+        can_vote = (self.vote == m.sender or (self.vote is None and self.leader is None)
+                    or (pre and m.term > self.term))
+        if can_vote and self.log.is_up_to_date(m.offset, m.log_term):
+            resp = MsgType.MsgPreVoteResp if pre else MsgType.MsgVoteResp
+            self.send(Message(resp, m.sender, self.id, m.term))
+            if not pre:
+                self.election_elapsed = 0
+                self.vote = m.sender
+        else:
+            resp = MsgType.MsgPreVoteResp if pre else MsgType.MsgVoteResp
+            self.send(Message(resp, m.sender, self.id, self.term, reject=True))
+
+    def _step_candidate(self, m: Message) -> None:
+        t = m.type
+        if t in _FROM_LEADER:
+            self.become_follower(m.term, m.sender)  # m.term == self.term: it won this term
+            self._step_follower(m)
+        elif t == (MsgType.MsgPreVoteResp if self.role == Role.PreCandidate
+                   else MsgType.MsgVoteResp):
+            self._poll(m.sender, not m.reject)
+
+    def _step_follower(self, m: Message) -> None:
+        t = m.type
+        if t == MsgType.MsgApp:
+            self.election_elapsed = 0
+            self.leader = m.sender
+            handle_append(self, m)
+        elif t == MsgType.MsgHeartbeat:
+            self.election_elapsed = 0
+            self.leader = m.sender
+            handle_heartbeat(self, m)
+        elif t == MsgType.MsgSnap:
+            self.election_elapsed = 0
+            self.leader = m.sender
+            handle_install(self, m)
+        elif t == MsgType.MsgTimeoutNow:
+            # The leader chose us: no pre-vote (we are not coming back from a partition),
+            # and the votes say "transfer" so that leases do not stop them.
+            self._campaign(pre_vote=False, transfer=True)
