@@ -182,7 +182,8 @@ class _PartitionState:
     queue: list[_Record] = field(default_factory=list)  # not yet acknowledged, in order
     next_to_send: int = 0  # index into `queue`
     in_flight: int = 0
-    rewinding: bool = False  # wait for what is in flight, then resend from the start
+    rewinding: bool = False  # wait for what is in flight, back off, resend from the start
+    backing_off: bool = False  # rewinding, nothing in flight: waiting retry.backoff.ms
     dead: bool = False
     frame_head: bytes | None = None  # see SimProducer._frame_head
 
@@ -341,11 +342,16 @@ class SimProducer(_Client):
                 part.next_to_send -= 1
                 part.rewinding = True  # later sequences no longer follow: resend them
         if part.rewinding and part.in_flight == 0:
-            part.rewinding = False
-            part.next_to_send = 0
-            self.sim.loop.call_later(self.settings.retry_backoff_s, self._pump, part)
+            if not part.backing_off:  # new records wait out the backoff too, as librdkafka's
+                part.backing_off = True
+                self.sim.loop.call_later(self.settings.retry_backoff_s, self._resend, part)
         else:
             self._pump(part)
+
+    def _resend(self, part: _PartitionState) -> None:
+        part.backing_off = part.rewinding = False
+        part.next_to_send = 0
+        self._pump(part)
 
     def _complete(self, part: _PartitionState, record: _Record, outcome: str,
                   offset: int | None) -> None:
