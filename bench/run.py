@@ -60,9 +60,11 @@ LIFECYCLE_CASES = ["retention_steady", "compaction"]
 SATURATION_CASES = ["saturation"]
 # bench/scenarios.py: what recording a history costs the clients; the library at length.
 SCENARIO_CASES = ["runner_overhead", "scenario_library", "sim_seeds"]
+# bench/raft.py: the pure Raft machine over seeded random clusters (actors/raft/).
+RAFT_CASES = ["raft_seeds"]
 ALL_CASES = [
     "ceilings", *PRODUCE_CASES, "rss_100_partitions", *SHARD_CASES, *GROUP_CASES,
-    *RUNNING_CASES, *LIFECYCLE_CASES, *SATURATION_CASES, *SCENARIO_CASES,
+    *RUNNING_CASES, *LIFECYCLE_CASES, *SATURATION_CASES, *SCENARIO_CASES, *RAFT_CASES,
 ]
 
 
@@ -1112,6 +1114,10 @@ def main(argv: list[str] | None = None) -> int:
             from bench import scenarios
 
             emit(scenarios.SCENARIO_CASES[case](args))
+        elif case in RAFT_CASES:
+            from bench import raft
+
+            emit(raft.raft_seeds(args))
     log(f"done in {time.monotonic() - t0:.1f}s" + (f"; results in {out_path}" if out_path else ""))
     return 1 if failed else 0
 
