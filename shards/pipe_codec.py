@@ -1,11 +1,12 @@
 """A msgpack codec for actor message values that cross a pipe: named tuples, frozen
 dataclasses and enums of the known message modules, by type name.
 
-The Partition and Controller messages have hand-written pipe forms in shards/remote.py (they
-are the hot path: their record bytes travel as raw frames). The group coordinator's messages
-are many and small, and carry nested records (members, offsets, descriptions), so they
-cross generically: each value is packed with its type's name and rebuilt from the same
-registry on the other side. A type missing from the registry is our bug and fails loudly.
+The Partition and Controller messages cross with a typed header each (shards/calls/; they are
+the hot path: their record bytes travel as raw frames). The group coordinator's messages are
+many and small, and carry nested records (members, offsets, descriptions), so they cross
+generically (shards/calls/group.py): each value is packed with its type's name and rebuilt
+from the same registry on the other side. A type missing from the registry is our bug and
+fails loudly.
 
     unpack(pack(CommitOffsets(...))) == CommitOffsets(...)   # sequences come back as tuples
 """

@@ -11,7 +11,7 @@ actor, up to the shard's share of `kafka_connections_max`. Its stats endpoint
 (shards/stats.py) answers the supervisor's /metrics and health scrapes.
 
 This class also implements `actors.services.Services`: it is how actors reach each other, on
-this shard or, through the Router's stand-ins, on another (shards/remote.py), and the I/O
+this shard or, through the stand-ins' calls, on another (shards/remote.py), and the I/O
 pool, without knowing which shard they are on.
 
 SIGTERM/SIGINT: stop accepting, stop every actor (connections close; partitions flush and
@@ -50,6 +50,7 @@ from actors.services import BrokerSettings, TopicTable
 from actors.topic_config import TopicSettings
 from shards import limits
 from shards.arena import ArenaLease, ArenaSet
+from shards.calls import segments, topics
 from shards.config import NodeConfig
 from shards.disk_space import DiskSpaceWatch
 from shards.io_pool import IoPool
@@ -229,7 +230,7 @@ class Shard:
 
     def segments_removed(self, paths: list[str]) -> None:
         if self._router is not None:
-            self._router.broadcast_removed_segments(paths)
+            segments.broadcast_removed(self._router, paths)
 
     def clean_blocking(
         self, fn: Callable[[], Any], done: Callable[[Any, BaseException | None], None]
@@ -245,7 +246,7 @@ class Shard:
         if self._router is None:
             done()
         else:
-            self._router.broadcast_topics(table, done)
+            topics.broadcast(self._router, table, done)
 
     def on_topics_changed(self, table: TopicTable) -> None:
         """Start and stop Partition actors so this shard owns exactly its share of the table."""
@@ -295,7 +296,7 @@ class Shard:
             else:
                 self.long_polls.gone((name, index))
                 if self._router is not None:
-                    self._router.forget_segments(str(directory) + "/")
+                    self._router.segment_files.forget_under(str(directory) + "/")
 
     # Serving ------------------------------------------------------------------------------
 

@@ -4,9 +4,10 @@ Every shard keeps an `actors.watermarks.Watermarks` table. Its own partitions pu
 directly. For a partition another shard owns, the first watch registered here sends one
 "watch" call to the owner, carrying the watermark this shard last read (`seen`); the owner
 registers a watch of its own in its table and answers with the new watermark when the
-partition moves past it (or -1 when the partition is gone). The answer updates this shard's
-table, which wakes every local watch it passes, and if any watch is still waiting (it read
-newer data than the subscription knew) a new subscription goes out at once:
+partition moves past it (or -1 when the partition is gone); the call is shards/calls/watch.py.
+The answer updates this shard's table, which wakes every local watch it passes, and if any
+watch is still waiting (it read newer data than the subscription knew) a new subscription goes
+out at once:
 
     shard 0 (connection's)                       shard 1 (owner of t-3)
     watch(t-3, seen=10) -> first one: ---watch(seen=10)-->  table.watch(t-3, 10, answer)
@@ -23,9 +24,10 @@ cancelled stays until the partition next moves; at most one per partition.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from actors.watermarks import Waiter, Watermarks
+from shards.calls import watch as watch_call
 
 if TYPE_CHECKING:
     from shards.router import Router
@@ -91,9 +93,8 @@ class WatchService:
         assert router is not None
         self._subscribed.add(key)
 
-        def answered(header: dict[str, Any], _frames: list[Any]) -> None:
+        def answered(high_watermark: int) -> None:
             self._subscribed.discard(key)
-            high_watermark = header["hwm"]
             if high_watermark == GONE:
                 self.table.gone(key)
                 return
@@ -102,14 +103,12 @@ class WatchService:
                 self._subscribe(key, high_watermark)
 
         topic, index = key
-        router.call(self._owner_of(topic, index), {"t": "watch", "topic": topic, "p": index,
-                                                   "seen": seen}, [], answered)
+        watch_call.send(router, self._owner_of(topic, index), topic, index, seen, answered)
 
     # The owner side: a peer's subscription ----------------------------------------------------
 
-    def serve(self, header: dict[str, Any], answer: Callable[[int], None]) -> None:
+    def serve(self, topic: str, index: int, seen: int, answer: Callable[[int], None]) -> None:
         """A peer subscribes to one of our partitions: `answer(hwm)` once it passes `seen`."""
-        topic, index = header["topic"], header["p"]
         key = (topic, index)
         if not self._is_local(topic, index):
             answer(GONE)
@@ -123,7 +122,7 @@ class WatchService:
             self._served -= 1
             wake()
 
-        if self.table.watch(key, header["seen"], Waiter(woken)):
+        if self.table.watch(key, seen, Waiter(woken)):
             self._served += 1
         else:
             wake()

@@ -10,6 +10,7 @@ an arena too small for the batch).
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,8 @@ from actors.topic_config import TopicSettings
 from actors.watermarks import Waiter
 from shards import limits
 from shards.arena import ArenaSet
+from shards.calls.base import BATCH, REPLY
+from shards.calls.produce import PHASE_ONE, PHASE_TWO, ProduceAnswer
 from shards.pipes import MemoryPipeNetwork
 from shards.remote import RemotePartition
 from shards.router import Router
@@ -184,7 +187,7 @@ def test_read_watch_and_list_offsets_cross(
     loop: asyncio.AbstractEventLoop, two_shards: Any
 ) -> None:
     router0, _router1, shard1 = two_shards
-    watches0 = router0._shard.long_polls
+    watches0 = router0.shard.long_polls
     remote = RemotePartition(router0, 1, "t", 0)
     woken: list[bool] = []
     assert watches0.watch(("t", 0), 0, Waiter(lambda: woken.append(True)))
@@ -221,7 +224,7 @@ def test_many_waiting_watches_make_one_subscription(
     """A hundred long polls on one remote partition: one pipe call, one watch at the owner;
     cancelled ones leave nothing behind but that one subscription, until the next move."""
     router0, _router1, shard1 = two_shards
-    watches0 = router0._shard.long_polls
+    watches0 = router0.shard.long_polls
     woken: list[int] = []
     waiters = [Waiter(lambda i=i: woken.append(i)) for i in range(100)]
     assert all(watches0.watch(("t", 0), 0, w) for w in waiters)
@@ -248,7 +251,7 @@ def test_a_watch_newer_than_its_subscription_subscribes_again(
     """The subscription's answer wakes the watches it passes; one that read further (here:
     past 1) stays, and a new subscription goes out for it at once."""
     router0, _router1, shard1 = two_shards
-    watches0 = router0._shard.long_polls
+    watches0 = router0.shard.long_polls
     remote = RemotePartition(router0, 1, "t", 0)
     first: list[bool] = []
     further: list[bool] = []
@@ -310,14 +313,18 @@ def test_produce_queued_behind_a_stop_is_answered(
     assert events == ["dispatched", gone, gone]
 
 
-def _answers_from_owner(router0: Router) -> list[list[dict[str, Any]]]:
-    """Record each pipe message shard 0 receives, as the list of answers it carries."""
-    messages: list[list[dict[str, Any]]] = []
+def _answers_from_owner(router0: Router) -> list[list[tuple[int, ProduceAnswer]]]:
+    """Record each pipe message shard 0 receives, as the produce answers it carries: (request
+    id, answer) each."""
+    messages: list[list[tuple[int, ProduceAnswer]]] = []
     mesh = router0._mesh
     on_message = mesh.on_message
 
-    def recording(source: int, header: dict[str, Any], frames: list[Any]) -> None:
-        messages.append([h for h, _ in header["m"]] if header["t"] == "batch" else [header])
+    def recording(source: int, header: list[Any], frames: list[Any]) -> None:
+        kind, _, body = header
+        headers = [h for h, _ in body] if kind == BATCH else [header]
+        assert all(h[0] == REPLY for h in headers), headers
+        messages.append([(h[1], ProduceAnswer._make(h[2])) for h in headers])
         on_message(source, header, frames)
 
     mesh.on_message = recording
@@ -353,12 +360,11 @@ def test_one_request_s_partitions_are_answered_in_one_pipe_message(
     assert [r.error for r in produced] == [ErrorCode.NONE] * 3
     assert router0.dispatched == 3
     # All three phase-two answers in one message, though each flush ended in its own turn.
-    # Phase one usually rides inside them ("d"), unless a slow loop let its 5 ms wait run
-    # out and it left in a message of its own first.
-    def kind(h: dict[str, Any]) -> str:
-        return h["k"] if "k" in h else "produced+dispatched" if "d" in h else "produced"
-
-    kinds = [[kind(h) for h in message] for message in answers]
+    # Phase one usually rides inside them, unless a slow loop let its 5 ms wait run out and
+    # it left in a message of its own first.
+    names = {PHASE_ONE: "dispatched", PHASE_TWO: "produced",
+             PHASE_ONE | PHASE_TWO: "produced+dispatched"}
+    kinds = [[names[a.phases] for _, a in message] for message in answers]
     with_produced = [k for k in kinds if any(x.startswith("produced") for x in k)]
     assert len(with_produced) == 1 and len(with_produced[0]) == 3, kinds
     assert sum(x.endswith("dispatched") for k in kinds for x in k) == 3, kinds
@@ -394,7 +400,7 @@ def test_phase_one_goes_inside_its_own_phase_two(
     loop: asyncio.AbstractEventLoop, two_shards: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A phase-one answer that waits for no longer than its delay leaves inside the same
-    request's "produced" ("d"): one answer per produce, and phase one still counted."""
+    request's "produced": one answer per produce, and phase one still counted."""
     monkeypatch.setattr(limits, "pipe_lazy_answer_delay_s", 30.0)  # never runs out here
     router0, _router1, _ = two_shards
     answers = _answers_from_owner(router0)
@@ -405,7 +411,7 @@ def test_phase_one_goes_inside_its_own_phase_two(
         remote.tell(Produce(memoryview(batch), iter_batches(batch), -1, produced.append))
     settle(loop, lambda: len(produced) == 5)
     flat = [a for message in answers for a in message]
-    assert len(flat) == 5 and all(a.get("d") == 1 and "k" not in a for a in flat), flat
+    assert len(flat) == 5 and all(a.phases == PHASE_ONE | PHASE_TWO for _, a in flat), flat
     assert router0.dispatched == 5
     assert [r.base_offset for r in produced] == [0, 1, 2, 3, 4]
     assert router0.pending_calls == 0
@@ -428,13 +434,13 @@ def test_phase_one_does_not_wait_for_a_slow_flush(
         Produce(memoryview(batch), iter_batches(batch), -1, produced.append)
     )
     settle(loop, lambda: router0.dispatched == 1 and bool(flushes))
-    assert answers == [[{"k": "dispatched", "t": "reply", "id": answers[0][0]["id"]}]]
+    assert answers == [[(answers[0][0][0], ProduceAnswer(PHASE_ONE))]]
     assert_arena_empty(router0)  # freed by phase one, before the flush
     assert produced == []
     for release in flushes:
         release()
     settle(loop, lambda: len(produced) == 1)
-    assert "d" not in answers[-1][-1] and router0.dispatched == 1
+    assert answers[-1][-1][1].phases == PHASE_TWO and router0.dispatched == 1
     assert produced[0].error == ErrorCode.NONE
 
 
@@ -512,4 +518,75 @@ def test_waiting_phase_one_answers_never_make_an_oversize_pipe_message(
     assert [r.base_offset for r in produced] == list(range(count))
     assert router0.dispatched == count
     assert all(len(message) <= most for message in answers)
+    assert_arena_empty(router0)
+
+
+@pytest.mark.parametrize("case", ["refused", "duplicate", "write caching"])
+def test_answered_while_taken_phase_one_is_answered_once_in_order(
+    loop: asyncio.AbstractEventLoop,
+    two_shards: Any,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    case: str,
+) -> None:
+    """Each request's answers reach the source as "dispatched" then "produced", or as one
+    "produced" carrying phase one; never "produced" alone and "dispatched" after it.
+
+    The sequence that broke it: a produce the partition answers while it takes it (refused,
+    a duplicate of a durable batch, write caching) calls its reply before its `on_dispatched`.
+    The owner queued that "produced" (no phase one was waiting to ride in it), then the lazy
+    "dispatched". When that "produced" filled the outbox to the source to
+    `pipe_batch_messages_max`, the outbox left at once, before the lazy answer existed; the
+    source took "produced" as the last answer and forgot the request, and the "dispatched"
+    that followed found none: "reply to unknown request N". Here `pipe_batch_messages_max`
+    produces cross in one pipe message and are all answered while taken: refused and
+    duplicate ones are answered together (one answer group), so the last fills the outbox;
+    write-caching ones are answered one by one, and kept their order before only because each
+    left in a loop turn of its own.
+    """
+    router0, _router1, shard1 = two_shards
+    max_message_bytes = 10 if case == "refused" else 1 << 20  # refused: every batch is over
+    settings = TopicSettings(1 << 30, 1 << 40, max_message_bytes, False, case == "write caching")
+    topic = "cached" if case == "write caching" else "p"  # FakeShard.write_caching
+    shard1.partitions[(topic, 0)] = Partition.start(
+        topic, 0, tmp_path / f"{topic}-0", settings, shard1
+    )
+    remote = RemotePartition(router0, 1, topic, 0)
+    count = limits.pipe_batch_messages_max
+    batches = [
+        build_batch([(None, b"value %d" % i, [])], producer_id=i, producer_epoch=0,
+                    base_sequence=0)
+        for i in range(count)
+    ]
+    if case == "duplicate":  # the originals, durable before their copies arrive
+        first: list[ProduceResult] = []
+        for batch in batches:
+            remote.tell(Produce(memoryview(batch), iter_batches(batch), -1, first.append))
+        settle(loop, lambda: len(first) == count and router0.pending_calls == 0)
+    answers = _answers_from_owner(router0)
+    produced: list[ProduceResult] = []
+    dispatched: list[int] = []
+    phase_ones = router0.dispatched
+    for i, batch in enumerate(batches):
+        remote.tell(
+            Produce(
+                memoryview(bytearray(batch)), iter_batches(batch), -1, produced.append,
+                lambda i=i: dispatched.append(i),
+            )
+        )
+    with caplog.at_level(logging.ERROR, logger="shards"):
+        settle(loop, lambda: len(produced) == count and router0.pending_calls == 0)
+        loop.run_until_complete(asyncio.sleep(4 * limits.pipe_lazy_answer_delay_s))
+    assert not [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    want = {"refused": ErrorCode.MESSAGE_TOO_LARGE}.get(case, ErrorCode.NONE)
+    assert {r.error for r in produced} == {want}
+    assert sorted(dispatched) == list(range(count))  # each producer's phase one, once
+    assert router0.dispatched - phase_ones == count  # each request's, counted at the source
+    shapes: dict[int, list[int]] = {}
+    for message in answers:
+        for request_id, answer in message:
+            shapes.setdefault(request_id, []).append(answer.phases)
+    both = PHASE_ONE | PHASE_TWO
+    assert len(shapes) == count
+    assert all(s in ([PHASE_ONE, PHASE_TWO], [both]) for s in shapes.values()), shapes
     assert_arena_empty(router0)

@@ -1,0 +1,75 @@
+"""What every call module shares: addresses, the reply type, the request being served.
+
+A call crosses as one message: the header frame `[kind, request id, body]` (msgpack) and raw
+payload frames. `kind` names the call module (its `KIND`); `body` is the call's typed header,
+a NamedTuple of msgpack values that crosses as an array of its fields in order and comes back
+with `Header._make(body)`, unless its module says otherwise in its `to_wire`/`from_wire`. An
+answer is `[REPLY, request id, body]`; request id 0 asks for none. `BATCH` carries several
+messages gathered in one loop turn (shards/router.py).
+
+Addresses are opaque here and in the Router: whatever the mesh resolves (today a shard of
+this node; with node RPC `(node, shard)`, shards/router.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
+
+from actors.handlers.join import send
+
+if TYPE_CHECKING:
+    from actors.services import TopicTable
+    from shards.router import Router
+    from shards.watch import WatchService
+
+__all__ = ["Address", "BATCH", "REPLY", "Host", "Reply", "Request", "Serve", "tell_partition"]
+
+# Where a call goes, or came from: only the mesh looks inside.
+Address = Hashable
+
+# The kinds the Router itself handles; call modules number theirs from 2.
+REPLY = 0
+BATCH = 1
+
+# Handles one answer `(body, payload frames)` to a call; returns True to keep waiting for
+# more (a produce's "dispatched" comes before its "produced").
+Reply = Callable[[Any, list[Any]], "bool | None"]
+
+
+class Host(Protocol):
+    """What the serve sides need of the shard they run on (shards.shard.Shard)."""
+
+    shard_id: int
+    shards: int
+    long_polls: WatchService
+
+    def local_partition(self, topic: str, index: int) -> Any: ...
+    def write_caching(self, topic: str) -> bool: ...
+    def controller(self) -> Any: ...
+    def local_group_coordinator(self) -> Any: ...
+    def on_topics_changed(self, table: TopicTable) -> None: ...
+
+
+class Request(NamedTuple):
+    """A call being served: the Router it came in on, its sender, the id its answers go back
+    under (0: the sender wants none)."""
+
+    router: Router
+    source: Address
+    id: int
+
+    def answer(self, body: Any, payloads: Sequence[Any] = ()) -> None:
+        if self.id:
+            self.router.answer(self.source, self.id, body, payloads)
+
+
+# Serves one call: the request, its header's body as it crossed, its payload frames.
+Serve = Callable[[Request, Any, list[Any]], None]
+
+
+def tell_partition(request: Request, topic: str, index: int, message: Any) -> bool:
+    """Tell the partition actor on this shard; False if there is none here (a partition of
+    another shard, or a deleted topic's), so the serve side answers an error."""
+    ref = request.router.shard.local_partition(topic, index)
+    return ref is not None and send(ref, message)

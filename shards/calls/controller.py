@@ -1,0 +1,171 @@
+"""controller: the Controller's messages, from any shard to shard 0, which alone runs it.
+
+    ControllerCall(op, header)  -->  shard 0's Controller
+      op: which message (create topics, delete topics, create partitions, alter configs,
+      producer id); header: that message's fields, its reply left out
+                <-- ControllerAnswer(topic results, or a producer id)
+
+The Controller broadcasts each new topic table before it answers (calls/topics.py), so the
+shard that asked has the table by the time the answer arrives (pipes are FIFO).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from actors.controller import (
+    AllocateProducerId,
+    AlterTopicConfigs,
+    CreatePartitions,
+    CreateTopics,
+    DeleteTopics,
+    TopicResult,
+    TopicSpec,
+)
+from actors.topic_config import Operation
+from shards.calls.base import Address, Request
+from shards.calls.topics import info_from_wire, info_to_wire
+from wire.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from shards.router import Router
+
+__all__ = ["KIND", "ControllerAnswer", "ControllerCall", "send", "serve"]
+
+KIND = 9
+
+Results = Callable[[list[TopicResult]], None]
+
+
+# The headers: each message's fields but its reply. msgpack packs them as they are (the
+# TopicSpecs and Operations in them as arrays); `from_wire` rebuilds the nested records.
+
+
+class CreateTopicsCall(NamedTuple):
+    specs: list[TopicSpec]
+    validate_only: bool
+
+    @classmethod
+    def from_wire(cls, body: list[Any]) -> CreateTopicsCall:
+        specs, validate_only = body
+        return cls(
+            [TopicSpec(n, p, rf, [tuple(a) for a in asg], dict(cfg))
+             for n, p, rf, asg, cfg in specs],
+            validate_only,
+        )  # fmt: skip
+
+    def message(self, reply: Results) -> CreateTopics:
+        return CreateTopics(self.specs, self.validate_only, reply)
+
+
+class DeleteTopicsCall(NamedTuple):
+    names: list[str | None]
+    ids: list[bytes | None]
+
+    @classmethod
+    def from_wire(cls, body: list[Any]) -> DeleteTopicsCall:
+        names, ids = body
+        return cls(list(names), [None if i is None else bytes(i) for i in ids])
+
+    def message(self, reply: Results) -> DeleteTopics:
+        return DeleteTopics(self.names, self.ids, reply)
+
+
+class CreatePartitionsCall(NamedTuple):
+    counts: list[tuple[str, int]]
+    validate_only: bool
+
+    @classmethod
+    def from_wire(cls, body: list[Any]) -> CreatePartitionsCall:
+        counts, validate_only = body
+        return cls([(name, count) for name, count in counts], validate_only)
+
+    def message(self, reply: Results) -> CreatePartitions:
+        return CreatePartitions(self.counts, self.validate_only, reply)
+
+
+class AlterConfigsCall(NamedTuple):
+    changes: list[tuple[str, list[Operation]]]
+    replace: bool
+    validate_only: bool
+
+    @classmethod
+    def from_wire(cls, body: list[Any]) -> AlterConfigsCall:
+        changes, replace, validate_only = body
+        return cls(
+            [(name, [Operation(*op) for op in ops]) for name, ops in changes], replace,
+            validate_only,
+        )  # fmt: skip
+
+    def message(self, reply: Results) -> AlterTopicConfigs:
+        return AlterTopicConfigs(self.changes, self.replace, self.validate_only, reply)
+
+
+class ProducerIdCall(NamedTuple):
+    @classmethod
+    def from_wire(cls, _body: list[Any]) -> ProducerIdCall:
+        return cls()
+
+    def message(self, reply: Callable[[int], None]) -> AllocateProducerId:
+        return AllocateProducerId(reply)
+
+
+# The op on the wire is the header's place here: append, never reorder.
+_HEADERS: tuple[Any, ...] = (
+    CreateTopicsCall, DeleteTopicsCall, CreatePartitionsCall, AlterConfigsCall, ProducerIdCall,
+)
+_HEADER_OF: dict[type, Any] = {
+    CreateTopics: CreateTopicsCall,
+    DeleteTopics: DeleteTopicsCall,
+    CreatePartitions: CreatePartitionsCall,
+    AlterTopicConfigs: AlterConfigsCall,
+    AllocateProducerId: ProducerIdCall,
+}
+
+
+class ControllerCall(NamedTuple):
+    op: int  # the header's place in _HEADERS
+    header: list[Any]
+
+
+class ControllerAnswer(NamedTuple):
+    value: Any  # [[name, error, message, info], ...] for topic results; or a producer id
+
+
+def _result_to_wire(r: TopicResult) -> list[Any]:
+    info = None if r.info is None else info_to_wire(r.info)
+    return [r.name, int(r.error), r.message, info]
+
+
+def _result_from_wire(value: list[Any]) -> TopicResult:
+    name, error, message, info = value
+    topic = None if info is None else info_from_wire(info)
+    return TopicResult(name, ErrorCode(error), message, topic)
+
+
+def send(router: Router, to: Address, message: Any) -> None:
+    header_type = _HEADER_OF.get(type(message))
+    assert header_type is not None, f"no pipe form for {type(message).__name__}"
+    reply = message.reply
+
+    def on_reply(body: Any, _frames: list[Any]) -> None:
+        value = ControllerAnswer._make(body).value
+        if isinstance(message, AllocateProducerId):
+            reply(value)
+        else:
+            reply([_result_from_wire(r) for r in value])
+
+    header = header_type._make(message[:-1])  # every field but the reply, the last
+    router.call(to, KIND, ControllerCall(_HEADERS.index(header_type), header), [], on_reply)
+
+
+def serve(request: Request, body: Any, _frames: list[Any]) -> None:
+    call = ControllerCall._make(body)
+    header = _HEADERS[call.op].from_wire(call.header)
+
+    def reply(value: list[TopicResult] | int) -> None:
+        wire = value if isinstance(value, int) else [_result_to_wire(r) for r in value]
+        request.answer(ControllerAnswer(wire))
+
+    request.router.shard.controller().tell(header.message(reply))

@@ -1,0 +1,54 @@
+"""list_offset: a ListOffsets lookup (`ListOffset`) on a partition another shard owns.
+
+    ListOffsetCall(topic, index, timestamp, leader epoch)  -->  Partition: the offset
+                <-- ListOffsetAnswer(error, timestamp, offset, leader epoch)
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from actors.partition import ListOffset, ListOffsetResult
+from shards.calls.base import Address, Request, tell_partition
+from wire.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from shards.router import Router
+
+__all__ = ["KIND", "ListOffsetAnswer", "ListOffsetCall", "send", "serve"]
+
+KIND = 5
+
+
+class ListOffsetCall(NamedTuple):
+    topic: str
+    partition: int
+    timestamp: int
+    current_leader_epoch: int
+
+
+class ListOffsetAnswer(NamedTuple):
+    error: int
+    timestamp: int
+    offset: int
+    leader_epoch: int
+
+
+def send(router: Router, to: Address, topic: str, index: int, m: ListOffset) -> None:
+    def on_reply(body: Any, _frames: list[Any]) -> None:
+        a = ListOffsetAnswer._make(body)
+        m.reply(ListOffsetResult(ErrorCode(a.error), a.timestamp, a.offset, a.leader_epoch))
+
+    call = ListOffsetCall(topic, index, m.timestamp, m.current_leader_epoch)
+    router.call(to, KIND, call, [], on_reply)
+
+
+def serve(request: Request, body: Any, _frames: list[Any]) -> None:
+    call = ListOffsetCall._make(body)
+
+    def reply(r: ListOffsetResult) -> None:
+        request.answer(ListOffsetAnswer(int(r.error), r.timestamp, r.offset, r.leader_epoch))
+
+    message = ListOffset(call.timestamp, call.current_leader_epoch, reply)
+    if not tell_partition(request, call.topic, call.partition, message):
+        reply(ListOffsetResult(ErrorCode.NOT_LEADER_OR_FOLLOWER))
