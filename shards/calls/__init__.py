@@ -78,7 +78,7 @@ SERVE: dict[int, Serve] = _by_kind(
 )
 
 
-# Sends a partition message: (router, to, topic, index, message).
+# Sends a partition message: (router, to, topic, partition, message).
 PartitionSend = Callable[["Router", Address, str, int, Any], None]
 
 

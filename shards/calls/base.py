@@ -68,8 +68,8 @@ class Request(NamedTuple):
 Serve = Callable[[Request, Any, list[Any]], None]
 
 
-def tell_partition(request: Request, topic: str, index: int, message: Any) -> bool:
+def tell_partition(request: Request, topic: str, partition: int, message: Any) -> bool:
     """Tell the partition actor on this shard; False if there is none here (a partition of
     another shard, or a deleted topic's), so the serve side answers an error."""
-    ref = request.router.shard.local_partition(topic, index)
+    ref = request.router.shard.local_partition(topic, partition)
     return ref is not None and send(ref, message)

@@ -1,6 +1,6 @@
 """delete_records: DeleteRecords' `DeleteRecords` on a partition another shard owns.
 
-    DeleteRecordsCall(topic, index, offset)  -->  Partition: move the log start
+    DeleteRecordsCall(topic, partition, offset)  -->  Partition: move the log start
                 <-- DeleteRecordsAnswer(error, low watermark)   once the new start is durable
 """
 
@@ -31,12 +31,12 @@ class DeleteRecordsAnswer(NamedTuple):
     low_watermark: int
 
 
-def send(router: Router, to: Address, topic: str, index: int, m: DeleteRecords) -> None:
+def send(router: Router, to: Address, topic: str, partition: int, m: DeleteRecords) -> None:
     def on_reply(body: Any, _frames: list[Any]) -> None:
         a = DeleteRecordsAnswer._make(body)
         m.reply((ErrorCode(a.error), a.low_watermark))
 
-    router.call(to, KIND, DeleteRecordsCall(topic, index, m.offset), [], on_reply)
+    router.call(to, KIND, DeleteRecordsCall(topic, partition, m.offset), [], on_reply)
 
 
 def serve(request: Request, body: Any, _frames: list[Any]) -> None:

@@ -1,6 +1,6 @@
 """epoch_end: OffsetForLeaderEpoch's `EpochEndOffset` on a partition another shard owns.
 
-    EpochEndCall(topic, index, leader epoch, current leader epoch)  -->  Partition
+    EpochEndCall(topic, partition, leader epoch, current leader epoch)  -->  Partition
                 <-- EpochEndAnswer(error, leader epoch, end offset)
 """
 
@@ -33,12 +33,12 @@ class EpochEndAnswer(NamedTuple):
     end_offset: int
 
 
-def send(router: Router, to: Address, topic: str, index: int, m: EpochEndOffset) -> None:
+def send(router: Router, to: Address, topic: str, partition: int, m: EpochEndOffset) -> None:
     def on_reply(body: Any, _frames: list[Any]) -> None:
         a = EpochEndAnswer._make(body)
         m.reply((ErrorCode(a.error), a.leader_epoch, a.end_offset))
 
-    call = EpochEndCall(topic, index, m.leader_epoch, m.current_leader_epoch)
+    call = EpochEndCall(topic, partition, m.leader_epoch, m.current_leader_epoch)
     router.call(to, KIND, call, [], on_reply)
 
 

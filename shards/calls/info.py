@@ -1,7 +1,7 @@
 """info: `PartitionInfo` (a dict of offsets, for describe tools and tests) of a partition
 another shard owns.
 
-    InfoCall(topic, index)  -->  Partition
+    InfoCall(topic, partition)  -->  Partition
                 <-- InfoAnswer(the partition's info dict; None: no such partition here)
 """
 
@@ -29,11 +29,11 @@ class InfoAnswer(NamedTuple):
     info: dict[str, int] | None
 
 
-def send(router: Router, to: Address, topic: str, index: int, m: PartitionInfo) -> None:
+def send(router: Router, to: Address, topic: str, partition: int, m: PartitionInfo) -> None:
     def on_reply(body: Any, _frames: list[Any]) -> None:
         m.reply(InfoAnswer._make(body).info)  # type: ignore[arg-type]  # None: not there
 
-    router.call(to, KIND, InfoCall(topic, index), [], on_reply)
+    router.call(to, KIND, InfoCall(topic, partition), [], on_reply)
 
 
 def serve(request: Request, body: Any, _frames: list[Any]) -> None:

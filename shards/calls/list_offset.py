@@ -1,6 +1,6 @@
 """list_offset: a ListOffsets lookup (`ListOffset`) on a partition another shard owns.
 
-    ListOffsetCall(topic, index, timestamp, leader epoch)  -->  Partition: the offset
+    ListOffsetCall(topic, partition, timestamp, leader epoch)  -->  Partition: the offset
                 <-- ListOffsetAnswer(error, timestamp, offset, leader epoch)
 """
 
@@ -34,12 +34,12 @@ class ListOffsetAnswer(NamedTuple):
     leader_epoch: int
 
 
-def send(router: Router, to: Address, topic: str, index: int, m: ListOffset) -> None:
+def send(router: Router, to: Address, topic: str, partition: int, m: ListOffset) -> None:
     def on_reply(body: Any, _frames: list[Any]) -> None:
         a = ListOffsetAnswer._make(body)
         m.reply(ListOffsetResult(ErrorCode(a.error), a.timestamp, a.offset, a.leader_epoch))
 
-    call = ListOffsetCall(topic, index, m.timestamp, m.current_leader_epoch)
+    call = ListOffsetCall(topic, partition, m.timestamp, m.current_leader_epoch)
     router.call(to, KIND, call, [], on_reply)
 
 

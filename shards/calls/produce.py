@@ -77,7 +77,7 @@ DISPATCHED = ProduceAnswer(PHASE_ONE)
 # The source side ------------------------------------------------------------------------
 
 
-def send(router: Router, to: Address, topic: str, index: int, m: Produce) -> None:
+def send(router: Router, to: Address, topic: str, partition: int, m: Produce) -> None:
     region: int | None = None  # a region of our own, to free on the first answer
     where = router.arena_offset(m.records) if m.on_dispatched is not None else None
     if where is None:
@@ -103,9 +103,9 @@ def send(router: Router, to: Address, topic: str, index: int, m: Produce) -> Non
         return False
 
     if where is None:
-        call, payloads = ProduceCall(topic, index, m.acks, -1, 0), [m.records]
+        call, payloads = ProduceCall(topic, partition, m.acks, -1, 0), [m.records]
     else:  # the batches are in this shard's arena; the owner reads them there
-        call, payloads = ProduceCall(topic, index, m.acks, where, m.records.nbytes), []
+        call, payloads = ProduceCall(topic, partition, m.acks, where, m.records.nbytes), []
     # With acks=0 and a payload frame nothing need come back; a region must, to be freed.
     wants_reply = m.reply is not None or where is not None or m.on_dispatched is not None
     router.call(to, KIND, call, payloads, on_reply if wants_reply else None)

@@ -1,7 +1,7 @@
 """read: a fetch's `Read` of a partition another shard owns, answered with where the bytes are.
 
     source                                        owner
-    ReadCall(topic, index, offset, max_bytes,  -->  Partition: where the bytes are
+    ReadCall(topic, partition, offset, max_bytes,  -->  Partition: where the bytes are
       leader epoch, budget left, budget taken)
                     <-- ReadAnswer(error, hwm, log start, FileSlice place)
                         (or the bytes as payload frame 0, when the log had them in memory)
@@ -48,7 +48,7 @@ class ReadAnswer(NamedTuple):
     file_slice: list[Any] | None
 
 
-def send(router: Router, to: Address, topic: str, index: int, m: Read) -> None:
+def send(router: Router, to: Address, topic: str, partition: int, m: Read) -> None:
     budget = m.budget
 
     def on_reply(body: Any, frames: list[Any]) -> None:
@@ -72,7 +72,7 @@ def send(router: Router, to: Address, topic: str, index: int, m: Read) -> None:
         m.reply(result)
 
     call = ReadCall(
-        topic, index, m.offset, m.max_bytes, m.current_leader_epoch, budget.remaining,
+        topic, partition, m.offset, m.max_bytes, m.current_leader_epoch, budget.remaining,
         budget.taken,
     )  # fmt: skip
     router.call(to, KIND, call, [], on_reply)

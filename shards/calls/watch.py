@@ -1,6 +1,6 @@
 """watch: a subscription to a partition another shard owns, answered when it moves.
 
-    WatchCall(topic, index, seen)  -->  the owner's watermark table (shards/watch.py)
+    WatchCall(topic, partition, seen)  -->  the owner's watermark table (shards/watch.py)
                 <-- WatchAnswer(high watermark)   once past `seen`; GONE: no such partition
 
 One per (partition, shard pair) at a time, whatever the number of long polls waiting: the
@@ -33,7 +33,7 @@ class WatchAnswer(NamedTuple):
 
 
 def send(
-    router: Router, to: Address, topic: str, index: int, seen: int,
+    router: Router, to: Address, topic: str, partition: int, seen: int,
     answered: Callable[[int], None],
 ) -> None:  # fmt: skip
     """Subscribe; `answered(high watermark)` once the owner's passes `seen`."""
@@ -41,7 +41,7 @@ def send(
     def on_reply(body: Any, _frames: list[Any]) -> None:
         answered(WatchAnswer._make(body).high_watermark)
 
-    router.call(to, KIND, WatchCall(topic, index, seen), [], on_reply)
+    router.call(to, KIND, WatchCall(topic, partition, seen), [], on_reply)
 
 
 def serve(request: Request, body: Any, _frames: list[Any]) -> None:
