@@ -48,9 +48,11 @@ Where Kafka leaves a choice, or Krill differs:
   the first dirty segment fits, the map ends at the first record that did not fit and later
   records are kept as they are (new Kafka), so every clean makes progress.
 - An emptied batch is dropped unless it is a producer's last batch (kept empty, so producer
-  state survives a restart, as Kafka does) or the first or last batch of a cleaned segment:
-  those stay, empty, so the segment still starts at its name's offset (recovery requires it)
-  and ends where the next segment starts (a swap covers exactly what it replaces). An empty
+  state survives a restart, as Kafka does), the first or last batch of a cleaned segment, or
+  the first batch of a leader epoch: those stay, empty, so the segment still starts at its
+  name's offset (recovery requires it) and ends where the next segment starts (a swap covers
+  exactly what it replaces), and the epoch cache rebuilt from the headers on open finds each
+  epoch where it began (a cleaned segment may hold several: storage/epochs.py). An empty
   batch is Kafka's: no codec, no base timestamp, no horizon, its original max timestamp.
 - Control batches and batches wholly past the key map's end are copied as they are.
 - A group of one segment in which nothing changes is left alone: no write, no swap.
@@ -443,7 +445,8 @@ class _Filter:
     def batch(self, header: BatchHeader, batch: memoryview, boundary: bool
               ) -> tuple[bytes | bytearray | memoryview | None, bool]:
         """(what to write, None to drop; whether that differs from `batch`). A `boundary`
-        batch (first or last of its cleaned segment) is kept, empty if need be."""
+        batch (first or last of its cleaned segment, first of its epoch) is kept, empty if
+        need be."""
         if header.is_control or header.base_offset >= self.key_map.end_offset:
             return batch, False
         records = _records(header, batch, self.throttle)
@@ -486,12 +489,14 @@ def _clean_group(
                              throttle.wrote)
 
     writer = None if len(group) == 1 else new_writer()
+    epoch: int | None = None  # the previous batch's: the first of each epoch is a boundary
     try:
         for segment in group:
             file = _file_of(segment)
             for header, batch in _read_batches(file.fd, 0, segment.size, throttle, stop):
                 boundary = (header.position == 0 and segment is group[0]) or (
-                    header.next_offset == end)
+                    header.next_offset == end) or header.partition_leader_epoch != epoch
+                epoch = header.partition_leader_epoch
                 out, changed = cleaner.batch(header, batch, boundary)
                 if writer is None:
                     if not changed:

@@ -120,6 +120,11 @@ class _EntryFile:
             self._persisted = count
         self.dirty = True
 
+    @property
+    def fd(self) -> int | None:
+        """The file's fd, if it has been opened (for a cut ticket's fdatasync)."""
+        return self._fd
+
     def take_sync_fd(self) -> int | None:
         """The fd to fdatasync if entries were written since the last call."""
         if not self.dirty:

@@ -14,6 +14,14 @@ Offsets: batch i of an append gets base offset next_offset, then each batch star
 the previous batch's last offset. Example: next_offset 10, batches of 3 and 2 records ->
 bases 10 and 13, AppendResult(base_offset=10, last_offset=14), next_offset 15.
 
+Epochs: a batch carries the leader epoch (Raft term) it was written in, and a batch whose epoch
+differs from the active segment's last one rolls a new segment first, so every segment written
+since holds one epoch. The log keeps an epoch cache (storage/epochs.py), where each epoch
+begins: built on open from each segment's first and last batch headers (from all of them when
+those two differ: a segment written before, or one a clean merged), then kept as batches come
+and go. A follower's writes, `append_replicated`, `truncate_to` and `reset`, and the cut
+tickets that make the last two durable are storage/replica.py's.
+
 A flush that fails (an fdatasync raising EIO, or anything else) promises nothing about what
 it covered: after a failed fdatasync the kernel may have dropped the dirty pages, and a later
 fdatasync would succeed without them (fsyncgate). So `flush_failed` cuts the log back to
@@ -45,10 +53,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple, Protocol
 
-from storage import limits, probes
+from storage import limits
+from storage.flush import FlushAccounting, FlushTicket
 from storage.metadata_file import read_json, write_atomic_at
 from storage.page_cache import NotCached, cached, no_readahead
-from storage.recovery import open_segments
+from storage.recovery import load_epochs, open_segments
+from storage.replica import CutTicket, ReplicaAccounting, replicated_batches
 from storage.retention import SegmentSummary
 from storage.segment import BatchInfo, OpenFile, Segment
 from wire.record_batch import BatchHeader, patch_base_offset
@@ -129,23 +139,6 @@ class AppendResult(NamedTuple):
     offset_of_max_timestamp: int  # base offset of the batch holding it (batch granularity)
 
 
-class FlushTicket:
-    """Makes everything below `offset` durable; `run` blocks and touches only its own fds."""
-
-    __slots__ = ("offset", "_fds")
-
-    def __init__(self, offset: int, fds: list[int]) -> None:
-        self.offset = offset
-        self._fds = fds
-
-    def run(self) -> None:
-        for fd in self._fds:
-            probes.fdatasync(fd)  # os.fdatasync, unless a failure probe is set
-
-    def __repr__(self) -> str:
-        return f"FlushTicket(offset={self.offset}, fds={len(self._fds)})"
-
-
 class Log(Protocol):
     log_start_offset: int
     next_offset: int
@@ -173,6 +166,22 @@ class Log(Protocol):
     def close(self) -> None: ...
     @property
     def segment_base_offsets(self) -> list[int]: ...
+    # Replication (storage/replica.py) and the epoch cache (storage/epochs.py)
+    def append_replicated(
+        self, records: bytearray, headers: list[BatchHeader], now_ms: int
+    ) -> AppendResult: ...
+    def truncate_to(self, next_offset: int) -> CutTicket: ...
+    def reset(self, start_offset: int, epoch: int) -> CutTicket: ...
+    def cut_complete(self, ticket: CutTicket) -> None: ...
+    @property
+    def cut_pending(self) -> bool: ...
+    def epochs(self) -> list[tuple[int, int]]: ...
+    def term_at(self, offset: int) -> int | None: ...
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]: ...
+    @property
+    def last_epoch(self) -> int | None: ...
+    @property
+    def epoch_before_start(self) -> int | None: ...
 
 
 # In a partition directory: the log start offset DeleteRecords set (Kafka keeps it in a
@@ -194,7 +203,8 @@ def assign_offsets(
         assert header.position == position, (header, position)
         patch_base_offset(records, position, next_offset, leader_epoch)
         last_offset = next_offset + header.last_offset_delta
-        batches.append(BatchInfo(next_offset, last_offset, header.max_timestamp, header.size))
+        batches.append(BatchInfo(next_offset, last_offset, header.max_timestamp, header.size,
+                                 leader_epoch))
         next_offset = last_offset + 1
         position += header.size
     assert position <= len(records), (position, len(records))
@@ -210,13 +220,17 @@ def needs_roll(
     now_ms: int,
     index_bytes: int = 0,
     jitter_ms: int = 0,
+    last_epoch: int | None = None,
 ) -> bool:
-    """Whether `batch` must go to a new segment (an empty segment never rolls): it would
-    pass segment.bytes or the relative-offset range, an index is full (`index_bytes`, the
-    larger of the two index files, has no room for an entry: segment.index.bytes), or the
-    segment's first append is segment.ms (less its jitter) old."""
+    """Whether `batch` must go to a new segment (an empty segment never rolls): its epoch is
+    not `last_epoch`, the segment's last batch's, it would pass segment.bytes or the
+    relative-offset range, an index is full (`index_bytes`, the larger of the two index
+    files, has no room for an entry: segment.index.bytes), or the segment's first append is
+    segment.ms (less its jitter) old."""
     if segment_bytes == 0:
         return False
+    if last_epoch is not None and batch.epoch != last_epoch:
+        return True
     if segment_bytes + batch.size > config.segment_bytes:
         return True
     if batch.last_offset - segment_base_offset > limits.relative_offset_max:
@@ -233,65 +247,7 @@ def append_result(batches: list[BatchInfo]) -> AppendResult:
                         best.base_offset)
 
 
-class FlushAccounting:
-    """How a flush ticket moves `flushed_offset`, shared by DiskLog and MemoryLog.
-
-    A ticket promises everything below its offset; a truncate while it was out caps that
-    promise at the truncation point (the bytes above were cut before they were synced).
-    """
-
-    _ticket: FlushTicket | None
-    _ticket_segments: set[Segment]
-    _truncated_to: int | None
-    flushed_offset: int
-    written_offset: int
-
-    def flush_prepare(self) -> FlushTicket | None:
-        raise NotImplementedError
-
-    def _check_offsets(self) -> None:
-        raise NotImplementedError
-
-    def flush_complete(self, ticket: FlushTicket) -> None:
-        assert ticket is self._ticket, (ticket, self._ticket)
-        self._ticket = None
-        self._ticket_segments = set()
-        durable = ticket.offset
-        if self._truncated_to is not None:
-            durable = min(durable, self._truncated_to)
-        self.flushed_offset = max(self.flushed_offset, min(durable, self.written_offset))
-        self._check_offsets()
-
-    def flush_failed(self, ticket: FlushTicket) -> None:
-        """The ticket's run raised: cut the log back to `flushed_offset` (see the module
-        docstring). Raises OSError if even the cut fails: then the files cannot be trusted."""
-        assert ticket is self._ticket, (ticket, self._ticket)
-        self._ticket = None
-        self._ticket_failed()
-        self._truncated_to = None
-        self.truncate(self.flushed_offset)
-
-    def _ticket_failed(self) -> None:
-        """Whatever the failed ticket was to sync is to be synced by the next one."""
-        self._ticket_segments = set()
-
-    def truncate(self, offset: int) -> None:
-        raise NotImplementedError
-
-    def flush(self) -> None:
-        """prepare + run + complete inline (tests, shutdown); a failure cuts the log back,
-        as `flush_failed` does, and raises."""
-        ticket = self.flush_prepare()
-        if ticket is not None:
-            try:
-                ticket.run()
-            except OSError:
-                self.flush_failed(ticket)
-                raise
-            self.flush_complete(ticket)
-
-
-class DiskLog(FlushAccounting):
+class DiskLog(FlushAccounting, ReplicaAccounting):
     """The buffered-mode log: page cache, os.pwrite, os.fdatasync in flush tickets."""
 
     def __init__(self, directory: Path, config: LogConfig, segments: list[Segment]) -> None:
@@ -309,9 +265,15 @@ class DiskLog(FlushAccounting):
         self._ticket_segments: set[Segment] = set()  # whose fds the ticket out syncs
         self._truncated_to: int | None = None  # lowest truncation while a ticket is out
         self.next_offset = self.written_offset = self.flushed_offset = segments[-1].next_offset
-        # DeleteRecords may have moved the start inside the first segment (its checkpoint).
-        saved = read_json(directory / LOG_START_FILE, {}).get("log_start_offset", 0)
-        self.log_start_offset = min(max(segments[0].base_offset, saved), self.next_offset)
+        # DeleteRecords may have moved the start inside the first segment (its checkpoint);
+        # a reset records the epoch before the start with it.
+        saved = read_json(directory / LOG_START_FILE, {})
+        saved_start = saved.get("log_start_offset", 0)
+        self.log_start_offset = min(max(segments[0].base_offset, saved_start), self.next_offset)
+        self._epochs = load_epochs(segments, self.log_start_offset, self.next_offset)
+        if self._epochs.epoch_before_start is None and saved_start == self.log_start_offset:
+            self._epochs.epoch_before_start = saved.get("epoch_before_start")
+        self._cut: CutTicket | None = None  # a truncate_to or reset not yet durable
         # Where compaction's dirty part starts (Kafka's cleaner-offset-checkpoint).
         self.cleaner_checkpoint = read_json(directory / CLEANER_FILE, {}).get("offset", 0)
         self._closed = False
@@ -341,15 +303,34 @@ class DiskLog(FlushAccounting):
     def append(
         self, records: bytearray, headers: list[BatchHeader], leader_epoch: int, now_ms: int
     ) -> AppendResult:
+        """The leader's append: each batch gets its offset and `leader_epoch` here."""
         assert not self._closed
+        self._check_no_cut()
+        batches = assign_offsets(records, headers, leader_epoch, self.next_offset)
+        return self._append(records, headers[0].position, batches, now_ms)
+
+    def append_replicated(
+        self, records: bytearray, headers: list[BatchHeader], now_ms: int
+    ) -> AppendResult:
+        """A follower's append of the leader's batches, offsets and epochs as they are; they
+        must continue the log (else NotContiguous, nothing written)."""
+        assert not self._closed
+        self._check_no_cut()
+        batches = replicated_batches(headers, self.next_offset, self._epochs.last_epoch)
+        return self._append(records, headers[0].position, batches, now_ms)
+
+    def _append(
+        self, records: bytearray, start: int, batches: list[BatchInfo], now_ms: int
+    ) -> AppendResult:
         self._check_offsets()
         first_offset = self.next_offset
-        batches = assign_offsets(records, headers, leader_epoch, first_offset)
         try:
-            self._write_batches(memoryview(records), headers[0].position, batches, now_ms)
+            self._write_batches(memoryview(records), start, batches, now_ms)
         except OSError as e:
             self._undo_append(first_offset)  # OSError if even the cut fails
             raise AppendFailed(e) from e
+        for batch in batches:
+            self._epochs.append(batch.epoch, batch.base_offset)
         self.next_offset = self.written_offset = batches[-1].last_offset + 1
         self._check_offsets()
         return append_result(batches)
@@ -359,16 +340,19 @@ class DiskLog(FlushAccounting):
     ) -> None:
         group: list[BatchInfo] = []  # batches for the active segment, written in one pwrite
         group_bytes = 0
+        # The active segment's last batch's epoch (the log's last, if the segment has any).
+        last_epoch = None if self._segments[-1].is_empty else self._epochs.last_epoch
         for batch in batches:
             active = self._segments[-1]
             if needs_roll(self.config, active.size + group_bytes, active.base_offset,
                           active.first_append_ms, batch, now_ms, active.index_bytes,
-                          active.roll_jitter_ms):
+                          active.roll_jitter_ms, last_epoch):
                 start = self._write(view, start, group, now_ms)
                 group, group_bytes = [], 0
                 self._roll(batch.base_offset)
             group.append(batch)
             group_bytes += batch.size
+            last_epoch = batch.epoch
         self._write(view, start, group, now_ms)
 
     def _undo_append(self, offset: int) -> None:
@@ -527,13 +511,21 @@ class DiskLog(FlushAccounting):
         assert offset <= self.next_offset, (self, offset)
         if offset <= self.log_start_offset:
             return False
+        self._epochs.advance_start(offset, self.next_offset)
         self.log_start_offset = offset
         return True
 
     def log_start_writer(self, offset: int) -> Callable[[], None]:
         """A blocking job (for the I/O pool) that makes a log start set by DeleteRecords
-        survive a crash."""
-        return self._state_writer(LOG_START_FILE, {"log_start_offset": offset})
+        survive a crash, with the epoch just below it if that is known."""
+        return self._state_writer(LOG_START_FILE, self._log_start_state(offset))
+
+    def _log_start_state(self, offset: int) -> dict[str, int]:
+        state = {"log_start_offset": offset}
+        epoch = self._epochs.epoch_before_start
+        if offset == self.log_start_offset and epoch is not None:
+            state["epoch_before_start"] = epoch
+        return state
 
     def cleaner_checkpoint_writer(self, offset: int) -> Callable[[], None]:
         """A blocking job that records where compaction's dirty part now starts."""
@@ -585,7 +577,9 @@ class DiskLog(FlushAccounting):
         removed, self._segments = self._segments[:count], self._segments[count:]
         del self._bases[:count]
         if removed:
-            self.log_start_offset = max(self.log_start_offset, self._segments[0].base_offset)
+            start = max(self.log_start_offset, self._segments[0].base_offset)
+            self._epochs.advance_start(start, self.next_offset)
+            self.log_start_offset = start
             self._dir_dirty = True
         return removed
 
@@ -602,15 +596,50 @@ class DiskLog(FlushAccounting):
         active.truncate(offset)
         self._unsynced.add(active)
         self.next_offset = self.written_offset = active.next_offset
-        self.flushed_offset = min(self.flushed_offset, self.next_offset)
-        if self._ticket is not None:
-            floor = self._truncated_to if self._truncated_to is not None else self.next_offset
-            self._truncated_to = min(floor, self.next_offset)
-        self._check_offsets()
+        self._epochs.truncate(self.next_offset)
+        self._cap_flushed()
 
-    def _drop_segments_from(self, offset: int) -> None:
-        """Remove the segments that start at or after `offset` (the first one always stays)."""
-        while len(self._segments) > 1 and self._segments[-1].base_offset >= offset:
+    def truncate_to(self, next_offset: int) -> CutTicket:
+        """Cut a divergent tail: every batch at or after `next_offset`, a batch boundary
+        between the log start and end (else NotBatchBoundary), goes, with the segments past
+        it; the epoch cache and flushed_offset follow. The files are cut at once (ftruncate
+        and unlink wait on no disk); the returned ticket's `run`, on the I/O pool, makes the
+        cut durable, and no append is taken until `cut_complete` (storage/replica.py says
+        why that keeps cut batches from coming back)."""
+        assert not self._closed
+        self._check_cut_point(next_offset)
+        self.truncate(next_offset)
+        active = self._segments[-1]
+        self._cut = CutTicket(self.next_offset, active.cut_fds(), self._dir_fd)
+        return self._cut
+
+    def reset(self, start_offset: int, epoch: int) -> CutTicket:
+        """Drop every segment and start an empty log at `start_offset` (log start and next
+        offset), the offset before it of `epoch`: a follower taking the leader's log start
+        (Raft's snapshot install). The files go at once; the ticket's `run` makes the reset
+        durable (storage/replica.py), and no append is taken until `cut_complete`. The caller
+        has stopped any clean of this log first (its segments go)."""
+        assert not self._closed and start_offset >= 0
+        assert self._cut is None, f"{self}: a reset while {self._cut} is out"
+        self._check_offsets()
+        self._drop_segments_from(-1, keep_first=False)
+        segment = Segment(self.directory, start_offset, self.config.index_interval_bytes)
+        if self._serving:
+            no_readahead(segment.fd)
+        self._segments, self._bases = [segment], [start_offset]
+        self.log_start_offset = self.next_offset = self.written_offset = start_offset
+        self._epochs.reset(epoch)
+        self._cap_flushed()
+        self.flushed_offset = start_offset  # nothing below the start is in the log
+        state = json.dumps(self._log_start_state(start_offset)).encode()
+        self._cut = CutTicket(start_offset, [], self._dir_fd, (LOG_START_FILE, state))
+        return self._cut
+
+    def _drop_segments_from(self, offset: int, keep_first: bool = True) -> None:
+        """Remove the segments that start at or after `offset` (the first one stays, unless
+        not `keep_first`)."""
+        keep = 1 if keep_first else 0
+        while len(self._segments) > keep and self._segments[-1].base_offset >= offset:
             segment = self._segments.pop()
             self._bases.pop()
             segment.delete()
@@ -670,3 +699,4 @@ class DiskLog(FlushAccounting):
         self._segments = segments
         self._bases = [segment.base_offset for segment in segments]
         self._check_offsets()
+

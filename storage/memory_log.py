@@ -3,7 +3,7 @@
 It exists for tests of the layers above storage and as the model the DiskLog fuzzer compares
 against, so it follows the same roll rules (a read stops at a segment end in both) but keeps
 each batch as its own bytes and finds things by plain binary search. Nothing is ever lost,
-so a flush ticket's `run` does nothing.
+so a flush ticket's `run` does nothing, and neither does a cut ticket's (storage/replica.py).
 """
 
 from __future__ import annotations
@@ -12,17 +12,18 @@ from bisect import bisect_right
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from storage.epochs import EpochCache
+from storage.flush import FlushAccounting, FlushTicket
 from storage.log import (
     AppendResult,
-    FlushAccounting,
-    FlushTicket,
     LogConfig,
     OffsetOutOfRange,
     append_result,
     assign_offsets,
     needs_roll,
 )
-from storage.segment import header_at_position
+from storage.replica import CutTicket, ReplicaAccounting, replicated_batches
+from storage.segment import BatchInfo, header_at_position
 from wire.record_batch import BatchHeader, read_header
 
 __all__ = ["MemoryLog"]
@@ -52,6 +53,10 @@ class _MemorySegment:
         self.ends.append(header.next_offset)
         self.size += header.size
 
+    @property
+    def last_epoch(self) -> int | None:
+        return self.headers[-1].partition_leader_epoch if self.headers else None
+
     def keep(self, count: int) -> None:
         del self.batches[count:], self.headers[count:], self.ends[count:]
         self.size = sum(h.size for h in self.headers)
@@ -59,12 +64,14 @@ class _MemorySegment:
             self.first_append_ms = None
 
 
-class MemoryLog(FlushAccounting):
+class MemoryLog(FlushAccounting, ReplicaAccounting):
     def __init__(self, config: LogConfig = LogConfig(), log_start_offset: int = 0) -> None:  # noqa: B008
         self.config = config
         self._segments = [_MemorySegment(log_start_offset)]
         self._ticket: FlushTicket | None = None
         self._truncated_to: int | None = None  # lowest truncation while a ticket is out
+        self._epochs = EpochCache()
+        self._cut: CutTicket | None = None
         self.log_start_offset = log_start_offset
         self.next_offset = self.written_offset = self.flushed_offset = log_start_offset
 
@@ -79,17 +86,30 @@ class MemoryLog(FlushAccounting):
     def append(
         self, records: bytearray, headers: list[BatchHeader], leader_epoch: int, now_ms: int
     ) -> AppendResult:
-        self._check_offsets()
+        self._check_no_cut()
         batches = assign_offsets(records, headers, leader_epoch, self.next_offset)
+        return self._append(records, headers, batches, now_ms)
+
+    def append_replicated(
+        self, records: bytearray, headers: list[BatchHeader], now_ms: int
+    ) -> AppendResult:
+        self._check_no_cut()
+        batches = replicated_batches(headers, self.next_offset, self._epochs.last_epoch)
+        return self._append(records, headers, batches, now_ms)
+
+    def _append(self, records: bytearray, headers: list[BatchHeader], batches: list[BatchInfo],
+                now_ms: int) -> AppendResult:
+        self._check_offsets()
         for batch, header in zip(batches, headers, strict=True):
             active = self._segments[-1]
             if needs_roll(self.config, active.size, active.base_offset, active.first_append_ms,
-                          batch, now_ms):
+                          batch, now_ms, last_epoch=active.last_epoch):
                 active = _MemorySegment(batch.base_offset)
                 self._segments.append(active)
             if active.first_append_ms is None:
                 active.first_append_ms = now_ms
             active.append(bytes(records[header.position:header.position + header.size]))
+            self._epochs.append(batch.epoch, batch.base_offset)
         self.next_offset = self.written_offset = batches[-1].last_offset + 1
         self._check_offsets()
         return append_result(batches)
@@ -168,11 +188,26 @@ class MemoryLog(FlushAccounting):
         # Keep batches with base < offset: the batch holding `offset` stays whole.
         active.keep(sum(1 for h in active.headers if h.base_offset < offset))
         self.next_offset = self.written_offset = active.next_offset
-        self.flushed_offset = min(self.flushed_offset, self.next_offset)
-        if self._ticket is not None:
-            floor = self._truncated_to if self._truncated_to is not None else self.next_offset
-            self._truncated_to = min(floor, self.next_offset)
-        self._check_offsets()
+        self._epochs.truncate(self.next_offset)
+        self._cap_flushed()
+
+    def truncate_to(self, next_offset: int) -> CutTicket:
+        """DiskLog.truncate_to; the ticket syncs nothing."""
+        self._check_cut_point(next_offset)
+        self.truncate(next_offset)
+        self._cut = CutTicket(self.next_offset, [])
+        return self._cut
+
+    def reset(self, start_offset: int, epoch: int) -> CutTicket:
+        """DiskLog.reset; the ticket syncs nothing."""
+        assert self._cut is None and start_offset >= 0, (self._cut, start_offset)
+        self._segments = [_MemorySegment(start_offset)]
+        self.log_start_offset = self.next_offset = self.written_offset = start_offset
+        self._epochs.reset(epoch)
+        self._cap_flushed()
+        self.flushed_offset = start_offset
+        self._cut = CutTicket(start_offset, [])
+        return self._cut
 
     def forget_volatile_state(self) -> None:
         """Become what a DiskLog is after close and reopen: everything flushed, and the active

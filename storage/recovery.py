@@ -6,8 +6,11 @@ file is cut at the first bad batch and its indexes are rebuilt from the scan. A 
 is trusted if its indexes agree with it (entries increasing and inside the file, the last
 entry naming the batch it points at, a clean chain of headers from there to the end);
 otherwise it gets the same full scan, and if that cuts it, every later segment is dropped
-(offsets must stay contiguous). Temp files, index files without a log and files retention
-marked `.deleted` are removed.
+(offsets must stay contiguous). So is a segment that does not start where the one before it
+ends, overlapping it or leaving a gap: a truncation or reset that a crash cut short (the
+segment's removal not yet on disk) leaves one, and the log is then the part before it.
+Temp files, index files without a log and files retention marked `.deleted` are removed.
+`load_epochs` then builds the epoch cache (storage/epochs.py) from the recovered segments.
 """
 
 from __future__ import annotations
@@ -21,13 +24,14 @@ from pathlib import Path
 import crc32c
 
 from storage import limits
+from storage.epochs import EpochCache
 from storage.metadata_file import fsync_directory
 from storage.segment import DELETED_SUFFIX, BatchInfo, Segment
 from storage.segment_swap import complete_swaps
 from wire.errors import DecodeError
 from wire.record_batch import LENGTH_PREFIX_BYTES, batch_length_at, read_header
 
-__all__ = ["open_segments"]
+__all__ = ["load_epochs", "open_segments"]
 
 log = logging.getLogger("krill.storage")
 
@@ -63,13 +67,14 @@ def open_segments(directory: Path, index_interval_bytes: int) -> list[Segment]:
 
 
 def _check_sealed(directory: Path, segments: list[Segment]) -> list[Segment]:
-    """Keep the sealed segments up to the first one that overlaps its predecessor or had to
-    be cut (the tail, last in the list, is left to the caller)."""
+    """Keep the sealed segments up to the first one that does not start where its
+    predecessor ends or had to be cut (the tail, last in the list, is left to the caller)."""
     for i, segment in enumerate(segments):
         previous = segments[i - 1] if i > 0 else None
-        if previous is not None and segment.base_offset < previous.next_offset:
-            log.warning("%s: %s overlaps %s; dropping it and what follows",
-                        directory, segment, previous)
+        if previous is not None and segment.base_offset != previous.next_offset:
+            how = "overlaps" if segment.base_offset < previous.next_offset else "does not follow"
+            log.warning("%s: %s %s %s; dropping it and what follows",
+                        directory, segment, how, previous)
             _drop(directory, segments[i:])
             return segments[:i]
         if i == len(segments) - 1 or _indexes_agree(segment):
@@ -181,3 +186,23 @@ def _drop(directory: Path, segments: list[Segment]) -> None:
         segment.close()
     if segments:
         fsync_directory(directory)
+
+
+def load_epochs(segments: list[Segment], log_start: int, next_offset: int) -> EpochCache:
+    """The epoch cache of recovered segments: a segment whose first and last batches share
+    an epoch holds only that one (segments roll on an epoch change, and a Raft log's epochs
+    never go down); another one (written before, or merged by a clean) has its headers read."""
+    cache = EpochCache()
+    for segment in segments:
+        if segment.is_empty:
+            continue
+        first = segment.header_at(0)
+        last = segment.find(segment.next_offset - 1)
+        assert last is not None, segment
+        if first.partition_leader_epoch == last.partition_leader_epoch:
+            cache.append(first.partition_leader_epoch, first.base_offset)
+            continue
+        for header in segment.headers_from(0):
+            cache.append(header.partition_leader_epoch, header.base_offset)
+    cache.advance_start(log_start, next_offset)
+    return cache

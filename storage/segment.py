@@ -40,6 +40,7 @@ class BatchInfo(NamedTuple):
     last_offset: int
     max_timestamp: int
     size: int
+    epoch: int = -1  # partitionLeaderEpoch (-1 where nobody needs it: recovery, compaction)
 
 
 class OpenFile:
@@ -208,6 +209,10 @@ class Segment:
         self.time_index.truncate_from(offset - self.base_offset)
         ok = self.load_tail_state()
         assert ok, self
+
+    def cut_fds(self) -> list[int]:
+        """The fds a truncation changed, for a cut ticket: the log's and the open indexes'."""
+        return [self.fd] + [fd for fd in (self.index.fd, self.time_index.fd) if fd is not None]
 
     def take_sync_fds(self) -> list[int]:
         """Fds holding data written since the last call (for a flush ticket)."""

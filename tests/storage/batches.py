@@ -6,7 +6,7 @@ import struct
 
 import crc32c
 
-from wire.record_batch import BatchHeader, iter_batches
+from wire.record_batch import BatchHeader, iter_batches, patch_base_offset, read_header
 
 _AFTER_CRC = struct.Struct(">hiqqqhii")  # attributes .. record count
 
@@ -67,3 +67,19 @@ def batch_of_size(total_bytes: int, timestamp: int = 1000) -> bytes:
         value_bytes += total_bytes - len(batch)
     assert len(batch) == total_bytes, (len(batch), total_bytes)
     return batch
+
+
+def leader_records(
+    base_offset: int, epochs: list[int], records_per_batch: int = 2, value_bytes: int = 10
+) -> tuple[bytearray, list[BatchHeader]]:
+    """Batches as a leader wrote them, for append_replicated: one per entry of `epochs`, with
+    that partitionLeaderEpoch, `records_per_batch` records each, offsets from `base_offset`."""
+    records = bytearray(b"".join(
+        make_batch([1000 + i] * records_per_batch, value_bytes) for i in range(len(epochs))))
+    position, offset = 0, base_offset
+    for epoch in epochs:
+        header = read_header(records, position)
+        patch_base_offset(records, position, offset, epoch)
+        offset += header.last_offset_delta + 1
+        position += header.size
+    return records, iter_batches(records)

@@ -1,0 +1,99 @@
+"""Flush tickets, and how they move `flushed_offset`: shared by DiskLog and MemoryLog.
+
+A flush ticket captures, on the loop, the fds holding data not yet synced and the offset that
+data reaches; its `run` (fdatasync of those fds only) blocks on an I/O thread while appends go
+on; `flush_complete` on the loop then moves flushed_offset up, and `flush_failed` cuts the log
+back to it (storage/log.py tells the whole dance and why a failed flush cuts).
+"""
+
+from __future__ import annotations
+
+from storage import probes
+from storage.segment import Segment
+
+__all__ = ["FlushAccounting", "FlushTicket"]
+
+
+class FlushTicket:
+    """Makes everything below `offset` durable; `run` blocks and touches only its own fds."""
+
+    __slots__ = ("offset", "_fds")
+
+    def __init__(self, offset: int, fds: list[int]) -> None:
+        self.offset = offset
+        self._fds = fds
+
+    def run(self) -> None:
+        for fd in self._fds:
+            probes.fdatasync(fd)  # os.fdatasync, unless a failure probe is set
+
+    def __repr__(self) -> str:
+        return f"FlushTicket(offset={self.offset}, fds={len(self._fds)})"
+
+
+class FlushAccounting:
+    """How a flush ticket moves `flushed_offset`, shared by DiskLog and MemoryLog.
+
+    A ticket promises everything below its offset; a truncate while it was out caps that
+    promise at the truncation point (the bytes above were cut before they were synced).
+    """
+
+    _ticket: FlushTicket | None
+    _ticket_segments: set[Segment]
+    _truncated_to: int | None
+    flushed_offset: int
+    written_offset: int
+    next_offset: int
+
+    def flush_prepare(self) -> FlushTicket | None:
+        raise NotImplementedError
+
+    def _check_offsets(self) -> None:
+        raise NotImplementedError
+
+    def flush_complete(self, ticket: FlushTicket) -> None:
+        assert ticket is self._ticket, (ticket, self._ticket)
+        self._ticket = None
+        self._ticket_segments = set()
+        durable = ticket.offset
+        if self._truncated_to is not None:
+            durable = min(durable, self._truncated_to)
+        self.flushed_offset = max(self.flushed_offset, min(durable, self.written_offset))
+        self._check_offsets()
+
+    def flush_failed(self, ticket: FlushTicket) -> None:
+        """The ticket's run raised: cut the log back to `flushed_offset` (storage/log.py's
+        module docstring). Raises OSError if even the cut fails: the files cannot be trusted."""
+        assert ticket is self._ticket, (ticket, self._ticket)
+        self._ticket = None
+        self._ticket_failed()
+        self._truncated_to = None
+        self.truncate(self.flushed_offset)
+
+    def _ticket_failed(self) -> None:
+        """Whatever the failed ticket was to sync is to be synced by the next one."""
+        self._ticket_segments = set()
+
+    def truncate(self, offset: int) -> None:
+        raise NotImplementedError
+
+    def _cap_flushed(self) -> None:
+        """The log was cut to next_offset: nothing above it is flushed, nor will a flush
+        ticket out make it so."""
+        self.flushed_offset = min(self.flushed_offset, self.next_offset)
+        if self._ticket is not None:
+            floor = self._truncated_to if self._truncated_to is not None else self.next_offset
+            self._truncated_to = min(floor, self.next_offset)
+        self._check_offsets()
+
+    def flush(self) -> None:
+        """prepare + run + complete inline (tests, shutdown); a failure cuts the log back,
+        as `flush_failed` does, and raises."""
+        ticket = self.flush_prepare()
+        if ticket is not None:
+            try:
+                ticket.run()
+            except OSError:
+                self.flush_failed(ticket)
+                raise
+            self.flush_complete(ticket)
