@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import collections
 import logging
-import re
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -40,6 +39,11 @@ from typing import Any, NamedTuple
 from pykka import ActorDeadError
 
 from actors import limits
+from actors.cluster.topic_names import (
+    INTERNAL_TOPICS,
+    TRANSACTION_STATE_TOPIC,
+    check_topic_name,
+)
 from actors.group import OFFSETS_TOPIC
 from actors.runtime import LoopActor
 from actors.services import BrokerSettings, TopicInfo, TopicTable
@@ -72,12 +76,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-_LEGAL_TOPIC_NAME = re.compile(r"^[a-zA-Z0-9._-]+$")
-
-TRANSACTION_STATE_TOPIC = "__transaction_state"
-# Kafka 3.x's internal topics (Topic.INTERNAL_TOPICS); 4.0 adds `__share_group_state`.
-INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC})
 
 
 def metadata_dir(data_dir: str | Path) -> Path:
@@ -186,19 +184,6 @@ def _names(message: Any) -> list[str | None]:
     if isinstance(message, AlterTopicConfigs):
         return [name for name, _ in message.changes]
     return [name for name, _ in message.counts]
-
-
-def check_topic_name(name: str) -> str | None:
-    """Why `name` is not a legal topic name, or None if it is (Kafka's Topic.validate)."""
-    if not name:
-        return "topic name is empty"
-    if name in (".", ".."):
-        return "topic name cannot be '.' or '..'"
-    if len(name) > limits.topic_name_chars_max:
-        return f"topic name is longer than {limits.topic_name_chars_max} characters"
-    if not _LEGAL_TOPIC_NAME.match(name):
-        return "topic name may contain only ASCII letters, digits, '.', '_' and '-'"
-    return None
 
 
 class Controller(LoopActor):
