@@ -81,6 +81,29 @@ def test_shipped_scenario_passes(name: str, tmp_path: Path) -> None:
         and recorded > sends["total"]  # the deleted topic's sends are recorded, not checked
 
 
+@pytest.mark.timeout(_RUN_TIMEOUT_S + 30)
+@pytest.mark.parametrize("client", ["kafka-python", "aiokafka"])
+def test_the_other_clients_record_a_history_the_checker_can_judge(
+        client: str, tmp_path: Path) -> None:
+    # Their polls come back as {partition: [records]} and their acknowledgements on their own
+    # threads: every acknowledged value must be in the history, sent and read, at one offset.
+    flow = tmp_path / "flow.yaml"
+    flow.write_text(f"workload: {{partitionsPerTopic: 3, producerRate: 300, "
+                    f"testDurationSeconds: 3, client: {client}}}\n"
+                    "checks: {anomalies: all}\n")
+    done, report = run(flow, tmp_path / "run")
+    assert done.returncode == 0 and report["verdict"] == "PASS", (report["anomalies"],
+                                                                  report["errors"])
+    sends = report["figures"]["sends"]
+    assert sends["ok"] > 300 and report["figures"]["records_polled"] >= sends["ok"]
+    ops = [json.loads(line) for line in (tmp_path / "run" / "history.jsonl").open()]
+    sent = {op["value"]: (op["partition"], op["offset"]) for op in ops
+            if op["op"] == "send" and op["outcome"] == "ok"}
+    read = {r[3]: (r[1], r[2]) for op in ops if op["op"] == "poll" for r in op["records"]}
+    assert sent and all(read.get(value) == place for value, place in sent.items())
+    assert any(op["op"] == "assign" and op["partitions"] for op in ops)
+
+
 @pytest.mark.timeout(_RUN_TIMEOUT_S + 60)
 def test_check_again_agrees_and_a_lost_record_is_named(tmp_path: Path) -> None:
     # kill -9 under load, judged without a speed bound (a shared machine's p99 swings): the
