@@ -82,6 +82,49 @@ arena_miss_log_every = 10_000
 # sun_path is 108 bytes on Linux; keep a margin so a long run_dir fails here, loudly.
 pipe_path_chars_max = 100
 
+# Node RPC between nodes (shards/node_mesh.py) ---------------------------------------------
+# Messages ZeroMQ queues toward one peer shard (SNDHWM) and from each peer into one shard
+# (RCVHWM). A message is one loop turn's traffic to one shard (up to pipe_batch_messages_max
+# calls), so with the kernel's socket buffers this keeps a link busy; past it the local
+# backlog below takes over. Lower than the pipes': a dead peer holds what it holds here
+# until it comes back or is removed.
+node_rpc_high_water_mark_messages = 64
+# Messages, and bytes, waiting in one peer shard's local backlog once ZeroMQ's queue is full.
+# Past either, a send to that peer is refused and the peer reported unreachable: Raft stops
+# pipelining to it (actors/raft: report_unreachable) and probes later. 64 MiB is two of
+# Raft's in-flight windows to one follower (actors/raft/limits.py: inflight_bytes_max).
+node_rpc_backlog_messages_max = 256
+node_rpc_backlog_bytes_max = 64 * 1024 * 1024
+# The largest frame a peer may send (ZMQ_MAXMSGSIZE, checked per frame): a payload frame is
+# one record batch, and Kafka's max.message.bytes is a topic setting that may be raised; a
+# connection that sends more is dropped rather than allocated for.
+node_rpc_frame_bytes_max = 128 * 1024 * 1024
+# Messages the inbound socket hands to the shard per loop turn before yielding, and backlogged
+# messages a writer pushes into ZeroMQ per turn (as the pipes).
+node_rpc_receive_messages_per_turn_max = 256
+node_rpc_flush_messages_per_turn_max = 256
+# A call to another node's shard that has had no answer for this long (since it was sent or
+# since its last answer) is answered UNREACHABLE (shards/router.py): ZeroMQ reconnects by
+# itself, but a message lost with a connection, or a node that is gone, would leave its
+# caller waiting forever. Well past an fdatasync's worst case and Raft's election timeout
+# (1-2 s), so a slow peer is not mistaken for a dead one.
+node_rpc_call_timeout_s = 5.0
+# ZeroMQ's reconnect to a peer: first after this, doubling up to the maximum, so a dead node
+# costs its peers a connection attempt every 2 s, not ten a second.
+node_rpc_reconnect_interval_s = 0.1
+node_rpc_reconnect_interval_max_s = 2.0
+# A TCP connect that has not completed in this long is abandoned and retried (a host that
+# drops SYNs would otherwise hold it for the kernel's ~2 minutes).
+node_rpc_connect_timeout_s = 2.0
+# ZMTP heartbeats on every node RPC connection: a PING this often, and a connection that has
+# heard nothing for the timeout is closed and reconnected (a half-open TCP connection to a
+# crashed host would otherwise look alive until its retransmissions give up, ~15 minutes).
+node_rpc_heartbeat_interval_s = 1.0
+node_rpc_heartbeat_timeout_s = 3.0
+# One log line per this many refused sends, and per this many unreadable messages, from one
+# peer node (the first one included).
+node_rpc_log_every = 1000
+
 # The Spark reader endpoint (shards/reader.py) -----------------------------------------------
 # Requests taken off the socket per loop turn before the shard serves its other work.
 reader_requests_per_turn_max = 64

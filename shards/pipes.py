@@ -60,7 +60,10 @@ __all__ = [
     "PipeMesh",
     "PipeWriter",
     "ZmqPipeMesh",
+    "buffer_bytes",
+    "pack_header",
     "pipe_path",
+    "unpack_header",
 ]
 
 log = logging.getLogger(__name__)
@@ -87,8 +90,10 @@ OnBacklog = Callable[[int, int], None]
 
 
 class PipeWriter(Protocol):
-    def send(self, header: Any, payloads: Sequence[Buffer] = ()) -> None:
-        """Queue one message; never drops, never blocks the loop."""
+    def send(self, header: Any, payloads: Sequence[Buffer] = ()) -> bool | None:
+        """Queue one message without blocking the loop. A pipe never drops one (None); a
+        writer to another node's shard refuses one past its bound and says False
+        (shards/node_mesh.py)."""
         ...
 
     @property
@@ -119,18 +124,20 @@ def pipe_path(run_dir: str, source: int, target: int) -> str:
     return path
 
 
-def _nbytes(buffer: Buffer) -> int:
+def buffer_bytes(buffer: Buffer) -> int:
+    """The size of a payload frame in bytes."""
     return buffer.nbytes if isinstance(buffer, memoryview) else len(buffer)
 
 
-def _pack_header(packer: msgpack.Packer, header: Any) -> bytes:
+def pack_header(packer: msgpack.Packer, header: Any) -> bytes:
+    """Frame 0 of a message (shared with shards/node_mesh.py, which carries the same frames)."""
     assert isinstance(header, (dict, list, tuple)), f"pipe header not a dict or list: {header!r}"
     packed: bytes = packer.pack(header)
     assert len(packed) <= limits.pipe_header_bytes_max, f"pipe header of {len(packed)} bytes"
     return packed
 
 
-def _unpack_header(packed: bytes) -> Any:
+def unpack_header(packed: bytes) -> Any:
     """The header, or PipeBroken saying what is wrong with it."""
     if len(packed) > limits.pipe_header_bytes_max:
         raise PipeBroken(f"header of {len(packed)} bytes, over {limits.pipe_header_bytes_max}")
@@ -161,7 +168,7 @@ class _Backlog:
     def push(self, packed: bytes, payloads: Sequence[Buffer]) -> None:
         size = len(packed)
         for payload in payloads:
-            size += _nbytes(payload)
+            size += buffer_bytes(payload)
         self.queue.append((packed, payloads, size))
         self.bytes += size
         if len(self.queue) == 1 and self._on_backlog is not None:
@@ -213,7 +220,7 @@ class _ZmqPipeWriter(_WriterBase):
 
     def send(self, header: Any, payloads: Sequence[Buffer] = ()) -> None:
         assert not self._closed, "send on a closed pipe"
-        packed = _pack_header(self._packer, header)
+        packed = pack_header(self._packer, header)
         if self._backlog.queue:  # FIFO: once anything waits, everything waits behind it
             self._backlog.push(packed, payloads)
         elif not self._try_send(packed, payloads):
@@ -394,7 +401,7 @@ class ZmqPipeMesh:
                     frame = pull.recv(_NOBLOCK, copy=False)  # whole messages arrive at once
                     payloads.append(frame.buffer)
                 try:
-                    header = _unpack_header(packed)
+                    header = unpack_header(packed)
                 except PipeBroken as e:
                     _broken(self._on_broken, source, e)
                     return
@@ -433,7 +440,7 @@ class _MemoryPipe(_WriterBase):
 
     def send(self, header: Any, payloads: Sequence[Buffer] = ()) -> None:
         assert not self._closed, "send on a closed pipe"
-        packed = _pack_header(self._packer, header)
+        packed = pack_header(self._packer, header)
         capacity = self._network.capacity_messages
         if self._backlog.queue or (capacity is not None and len(self._in_flight) >= capacity):
             self._backlog.push(packed, payloads)
@@ -459,7 +466,7 @@ class _MemoryPipe(_WriterBase):
                 packed, payloads = self._in_flight.popleft()
                 self._refill()
                 try:
-                    header = _unpack_header(packed)
+                    header = unpack_header(packed)
                 except PipeBroken as e:
                     _broken(reader.on_broken, self.source, e)
                     return

@@ -14,27 +14,42 @@ that keeps state for the rest of a batch being served (produce's answer group) a
 (`answer_lazily`).
 
 Addresses and node RPC: the Router never looks inside an address; it is what the mesh's
-`writer(address)` resolves and what the mesh hands `on_message` as the source. Today it is a
-shard of this node and the mesh is the node's pipe mesh (shards/pipes.py). For node RPC
-(DESIGN.md §5) an address becomes `(node, shard)` and the mesh a node mesh implementing `Mesh`
-below: this node's pipes for `(this node, k)`, and for another node's shard k a ZeroMQ TCP
-socket to that node's RPC port + k, carrying the same frames. Request ids, pending replies,
-batching and lazy answers stay as they are (they are kept per address already); `peers()`
+`writer(address)` resolves and what the mesh hands `on_message` as the source. With one node
+it is a shard of this node and the mesh is the node's pipe mesh (shards/pipes.py). With node
+RPC (DESIGN.md §5) the mesh is a `NodeMesh` (shards/node_mesh.py): this node's shards keep
+their plain shard numbers and go over the pipes, another node's shard k is `(node, k)` and
+goes over ZeroMQ TCP to that node's RPC port + k, carrying the same frames. Request ids,
+pending replies, batching and lazy answers stay as they are (they are kept per address
+already, so one turn's messages to one remote shard leave as one TCP message); `peers()`
 stays this node's shards. Only the two calls that pass things by place, produce (the arena)
-and read (a segment file), send bytes as payload frames to another node.
+and read (a segment file), would send bytes as payload frames to another node.
+
+Calls to other nodes expire: a node may die with a call unanswered, and ZeroMQ, which
+reconnects by itself, says nothing of the messages lost with a connection. So for the
+addresses `expires(address)` names (the NodeMesh's `is_remote`), each call with a reply is
+given a deadline, `call_timeout_s` after it was sent or after its last answer; one timer,
+set for the earliest deadline, answers each overdue call `UNREACHABLE` (calls/base.py) and
+forgets it. The deadlines sit in send order (one timeout for all, so that is deadline order),
+an answer that keeps the call waiting moves its own to the back, and a finished call takes its
+own out, so they hold only the calls still waiting. A message the mesh refuses (its peer's
+bound is hit: `send` says False) has its calls answered `UNREACHABLE` on the next turn, not at
+their deadline. An answer that comes after its call expired is counted (`late_replies`) and
+dropped. Calls to this node's shards never expire: a dead shard stops the node.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Sequence
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol, TypeVar
 
 from actors.runtime import current_loop
 from shards import limits
 from shards.arena import ArenaSet
 from shards.calls import SERVE
-from shards.calls.base import BATCH, REPLY, Address, Host, Reply, Request
+from shards.calls.base import BATCH, REPLY, UNREACHABLE, Address, Host, Reply, Request
 from shards.calls.segments import SegmentFiles
 from shards.pipes import PipeBroken, PipeWriter
 
@@ -47,9 +62,10 @@ Message = tuple[list[Any], Sequence[Any]]  # (header, payload frames)
 
 class Mesh(Protocol):
     """What the Router needs of its mesh: a writer per address, FIFO per (source, target)
-    pair; the mesh in turn hands every message it receives to `Router.on_message(source
-    address, header, frames)`. shards.pipes.PipeMesh is one, for the shards of this node; a
-    node mesh for node RPC (module docstring) would be another."""
+    pair, whose `send` may refuse a message (False) but never blocks; the mesh in turn hands
+    every message it receives to `Router.on_message(source address, header, frames)`.
+    shards.pipes.PipeMesh is one, for the shards of this node (it never refuses);
+    shards.node_mesh.NodeMesh another, for every shard of the cluster."""
 
     def writer(self, address: Any) -> PipeWriter: ...
 
@@ -66,10 +82,21 @@ class Router:
 
     `shard` is the local Shard (what the serve sides need of it: `Host`); `arenas`
     (shards/arena.py), when given, carry produced batches by reference instead of as payload
-    frames.
+    frames. `expires(address)`: whether calls to `address` are answered UNREACHABLE after
+    `call_timeout_s` without an answer (another node's shards; module docstring). None: no
+    call expires, as with one node.
     """
 
-    def __init__(self, shard: Host, mesh: Mesh, arenas: ArenaSet | None = None) -> None:
+    def __init__(
+        self,
+        shard: Host,
+        mesh: Mesh,
+        arenas: ArenaSet | None = None,
+        *,
+        expires: Callable[[Address], bool] | None = None,
+        call_timeout_s: float = limits.node_rpc_call_timeout_s,
+    ) -> None:
+        assert call_timeout_s > 0, call_timeout_s
         self.shard = shard
         self._mesh = mesh
         self._arenas = arenas
@@ -78,6 +105,13 @@ class Router:
         self.segment_files = SegmentFiles()  # other shards' segments, open (calls/read.py)
         self._next_id = 1
         self._pending: dict[int, Reply] = {}
+        # Calls that expire, by request id: their deadline, earliest first (module docstring).
+        self._expires = expires
+        self._call_timeout_s = call_timeout_s
+        self._deadlines: OrderedDict[int, float] = OrderedDict()
+        self._expiry_timer: asyncio.TimerHandle | None = None
+        self.expired_calls = 0  # answered UNREACHABLE: timed out, or their message refused
+        self.late_replies = 0  # answers to calls that had expired already
         # Messages for each address gathered during one loop turn, sent as one message.
         self._outbox: dict[Address, list[Message]] = {}
         self._flush_scheduled = False
@@ -89,6 +123,11 @@ class Router:
     @property
     def pending_calls(self) -> int:
         return len(self._pending)
+
+    @property
+    def expiring_calls(self) -> int:
+        """Pending calls with a deadline (to other nodes)."""
+        return len(self._deadlines)
 
     def peers(self) -> list[Address]:
         """Every other shard of this node."""
@@ -106,6 +145,8 @@ class Router:
             request_id = self._next_id
             self._next_id += 1
             self._pending[request_id] = reply
+            if self._expires is not None and self._expires(to):
+                self._set_deadline(request_id)
         self._send(to, [kind, request_id, body], payloads)
 
     def answer(self, to: Address, request_id: int, body: Any, payloads: Sequence[Any] = ()) -> None:
@@ -190,12 +231,55 @@ class Router:
         writer = self._mesh.writer(to)
         if len(messages) == 1:
             header, payloads = messages[0]
-            writer.send(header, payloads)
-            return
-        frames: list[Any] = []
-        for _, payloads in messages:
-            frames.extend(payloads)
-        writer.send([BATCH, 0, [[h, len(p)] for h, p in messages]], frames)
+            refused = writer.send(header, payloads) is False
+        else:
+            frames: list[Any] = []
+            for _, payloads in messages:
+                frames.extend(payloads)
+            refused = writer.send([BATCH, 0, [[h, len(p)] for h, p in messages]], frames) is False
+        if refused:
+            # Its calls can never be answered. Next turn, not now: their replies may call again.
+            calls = [h[1] for h, _ in messages if h[0] != REPLY and h[1]]
+            if calls:
+                current_loop().call_soon(self._unreachable, calls)
+
+    # Expiry of calls to other nodes (module docstring) -----------------------------------------
+
+    def _set_deadline(self, request_id: int) -> None:
+        loop = current_loop()
+        deadline = loop.time() + self._call_timeout_s
+        self._deadlines[request_id] = deadline
+        self._deadlines.move_to_end(request_id)  # an answer that keeps it waiting: to the back
+        if self._expiry_timer is None:
+            self._expiry_timer = loop.call_at(deadline, self._expire)
+
+    def _expire(self) -> None:
+        """Answer every call past its deadline UNREACHABLE; set the timer for the next."""
+        self._expiry_timer = None
+        loop = current_loop()
+        now = loop.time()
+        deadlines = self._deadlines
+        try:
+            while deadlines:
+                request_id, deadline = next(iter(deadlines.items()))
+                if deadline > now:
+                    break
+                self._unreachable([request_id])
+        finally:
+            # Replies may have called again (and set a timer for their own, later, deadline).
+            if self._expiry_timer is not None:
+                self._expiry_timer.cancel()
+                self._expiry_timer = None
+            if deadlines:
+                self._expiry_timer = loop.call_at(next(iter(deadlines.values())), self._expire)
+
+    def _unreachable(self, request_ids: list[int]) -> None:
+        for request_id in request_ids:
+            self._deadlines.pop(request_id, None)
+            reply = self._pending.pop(request_id, None)
+            if reply is not None:  # an answer may have come first
+                self.expired_calls += 1
+                reply(UNREACHABLE, [])
 
     # Receiving --------------------------------------------------------------------------------
 
@@ -205,7 +289,7 @@ class Router:
             raise PipeBroken(f"header is not [kind, id, body]: {header!r:.64}")
         kind, request_id, body = header
         if kind == REPLY:
-            self._on_reply(request_id, body, frames)
+            self._on_reply(source, request_id, body, frames)
         elif kind == BATCH:
             self._serve_batch(source, body, frames)
         else:
@@ -214,13 +298,22 @@ class Router:
                 raise PipeBroken(f"message of unknown kind {kind!r}")
             serve(Request(self, source, request_id), body, frames)
 
-    def _on_reply(self, request_id: int, body: Any, frames: list[Any]) -> None:
+    def _on_reply(self, source: Address, request_id: int, body: Any, frames: list[Any]) -> None:
         reply = self._pending.get(request_id)
         if reply is None:
-            log.error("reply to unknown request %d", request_id)
+            if self._expires is not None and self._expires(source):
+                self.late_replies += 1  # its call expired first (module docstring)
+                log.debug("reply from %s to request %d, expired already", source, request_id)
+            else:
+                log.error("reply to unknown request %d", request_id)
             return
-        if not reply(body, frames):
+        if reply(body, frames):
+            if request_id in self._deadlines:
+                self._set_deadline(request_id)
+        else:
             del self._pending[request_id]
+            if self._deadlines:
+                self._deadlines.pop(request_id, None)
 
     def _serve_batch(self, source: Address, entries: list[Any], frames: list[Any]) -> None:
         batch: dict[type, Any] = {}
@@ -278,4 +371,7 @@ class Router:
         return self._arenas.peer_view(source, start, nbytes)
 
     def close(self) -> None:
+        if self._expiry_timer is not None:
+            self._expiry_timer.cancel()
+            self._expiry_timer = None
         self.segment_files.clear()

@@ -7,8 +7,14 @@ with `Header._make(body)`, unless its module says otherwise in its `to_wire`/`fr
 answer is `[REPLY, request id, body]`; request id 0 asks for none. `BATCH` carries several
 messages gathered in one loop turn (shards/router.py).
 
-Addresses are opaque here and in the Router: whatever the mesh resolves (today a shard of
-this node; with node RPC `(node, shard)`, shards/router.py).
+Addresses are opaque here and in the Router: whatever the mesh resolves (a shard of this
+node, or with node RPC `(node, shard)` of another node; shards/node_mesh.py).
+
+A call to another node may get `UNREACHABLE` instead of an answer: its message was refused
+(the peer's bound was hit) or no answer came within `node_rpc_call_timeout_s`
+(shards/router.py). It is never a body that crossed the wire, so `body is UNREACHABLE` tells
+it apart; a call module sent to other nodes maps it to its own error. Calls to this node's
+shards never get it (a dead shard stops the node).
 """
 
 from __future__ import annotations
@@ -23,7 +29,18 @@ if TYPE_CHECKING:
     from shards.router import Router
     from shards.watch import WatchService
 
-__all__ = ["Address", "BATCH", "REPLY", "Host", "Reply", "Request", "Serve", "tell_partition"]
+__all__ = [
+    "Address",
+    "BATCH",
+    "REPLY",
+    "UNREACHABLE",
+    "Host",
+    "Reply",
+    "Request",
+    "Serve",
+    "Unreachable",
+    "tell_partition",
+]
 
 # Where a call goes, or came from: only the mesh looks inside.
 Address = Hashable
@@ -31,6 +48,19 @@ Address = Hashable
 # The kinds the Router itself handles; call modules number theirs from 2.
 REPLY = 0
 BATCH = 1
+
+
+class Unreachable:
+    """The one answer no peer sends: the call's target did not answer in time, or its message
+    was refused (module docstring)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "UNREACHABLE"
+
+
+UNREACHABLE = Unreachable()
 
 # Handles one answer `(body, payload frames)` to a call; returns True to keep waiting for
 # more (a produce's "dispatched" comes before its "produced").
