@@ -431,7 +431,7 @@ def test_a_call_that_is_never_answered_expires(cluster: Cluster) -> None:
 def test_a_dead_peer_refuses_sends_expires_calls_and_comes_back(cluster: Cluster) -> None:
     hwm, backlog_max, backlog_bytes_max = 4, 8, 6 * 70_000
     here = cluster.here(
-        call_timeout_s=0.5, high_water_mark_messages=hwm, backlog_messages_max=backlog_max,
+        call_timeout_s=2.0, high_water_mark_messages=hwm, backlog_messages_max=backlog_max,
         backlog_bytes_max=backlog_bytes_max,
     )  # fmt: skip
     writer: PipeWriter = here.mesh.writer((2, 1))
@@ -447,7 +447,7 @@ def test_a_dead_peer_refuses_sends_expires_calls_and_comes_back(cluster: Cluster
     started = time.monotonic()
     cluster.loop.call_soon(one_call_a_turn, 0)
     refused_count = 40 - hwm - 6
-    run_until(cluster.loop, lambda: sum(1 for a in answers if a) == refused_count, 5)
+    run_until(cluster.loop, lambda: sum(1 for a in answers if a) >= refused_count, 5)
     refused_answered_s = time.monotonic() - started
 
     # Nobody listens: ZeroMQ took its high-water mark, the backlog its bound (6 of these
@@ -456,7 +456,8 @@ def test_a_dead_peer_refuses_sends_expires_calls_and_comes_back(cluster: Cluster
     assert stats.messages_sent == hwm
     assert max(m for m, _ in backlog_seen) == 6 and max(b for _, b in backlog_seen) <= 6 * 70_000
     assert stats.sends_refused == refused_count and len(answers) == 40
-    assert refused_answered_s < 0.5  # before any deadline
+    assert refused_answered_s < 2.0  # before any deadline
+    assert sum(1 for a in answers if a) == refused_count
     assert all(a == [(UNREACHABLE, [])] for a in answers if a)
     assert set(here.unreachable) == {(2, 1)}
     assert len(here.unreachable) <= stats.sends_refused  # one report per turn at most
@@ -501,7 +502,7 @@ def test_a_peer_that_stops_reading_is_backpressure(cluster: Cluster) -> None:
 
 
 def test_peers_change_at_run_time(cluster: Cluster) -> None:
-    here = cluster.here(call_timeout_s=0.3)
+    here = cluster.here(call_timeout_s=1.0)
     here.mesh.set_peers({})
     cluster.start_other()
 
@@ -606,15 +607,15 @@ def test_expiry_answers_once_and_forgets(loop: asyncio.AbstractEventLoop) -> Non
 
 
 def test_answered_calls_leave_no_deadline_behind(loop: asyncio.AbstractEventLoop) -> None:
-    router, mesh = _expiring_router(0.1)
+    router, mesh = _expiring_router(30.0)
     for i in range(10_000):
         router.call((2, 0), ECHO, [i], [], lambda body, frames: None)
+    assert router.expiring_calls == 10_000
     run_for(loop, 0.01)
     assert len(mesh.writers[(2, 0)].sent) == 10_000 // 256 + 1  # batches of 256
     for request_id in range(1, 10_001):
         router.on_message((2, 0), [REPLY, request_id, None], [])
     assert router.pending_calls == router.expiring_calls == 0
-    run_for(loop, 0.15)
     assert router.expired_calls == 0
     router.close()
 
@@ -622,7 +623,7 @@ def test_answered_calls_leave_no_deadline_behind(loop: asyncio.AbstractEventLoop
 def test_an_answer_that_keeps_a_call_waiting_moves_its_deadline(
     loop: asyncio.AbstractEventLoop,
 ) -> None:
-    router, _ = _expiring_router(0.2)
+    router, _ = _expiring_router(1.0)
     got: list[Any] = []
 
     def two_answers(body: Any, _frames: list[Any]) -> bool:
@@ -630,11 +631,11 @@ def test_an_answer_that_keeps_a_call_waiting_moves_its_deadline(
         return body == "first"  # keep waiting for the second
 
     router.call((2, 0), ECHO, [0], [], two_answers)
-    run_for(loop, 0.15)
+    run_for(loop, 0.6)
     router.on_message((2, 0), [REPLY, 1, "first"], [])  # a produce's phase one, say
-    run_for(loop, 0.15)  # 0.3 s after the call, 0.15 s after its answer
+    run_for(loop, 0.6)  # 1.2 s after the call, 0.6 s after its answer
     assert got == ["first"]
-    run_for(loop, 0.15)
+    run_until(loop, lambda: len(got) == 2, 2)
     assert got == ["first", UNREACHABLE] and router.pending_calls == 0
     router.close()
 
