@@ -61,7 +61,7 @@ SATURATION_CASES = ["saturation"]
 # bench/scenarios.py: what recording a history costs the clients; the library at length.
 SCENARIO_CASES = ["runner_overhead", "scenario_library", "sim_seeds"]
 # bench/raft.py: the pure Raft machine over seeded random clusters (actors/raft/).
-RAFT_CASES = ["raft_seeds"]
+RAFT_CASES = ["raft_seeds", "node_rpc"]  # bench/raft.py, bench/node_rpc.py
 ALL_CASES = [
     "ceilings", *PRODUCE_CASES, "rss_100_partitions", *SHARD_CASES, *GROUP_CASES,
     *RUNNING_CASES, *LIFECYCLE_CASES, *SATURATION_CASES, *SCENARIO_CASES, *RAFT_CASES,
@@ -1115,9 +1115,14 @@ def main(argv: list[str] | None = None) -> int:
 
             emit(scenarios.SCENARIO_CASES[case](args))
         elif case in RAFT_CASES:
-            from bench import raft
+            if case == "node_rpc":
+                from bench import node_rpc
 
-            emit(raft.raft_seeds(args))
+                emit(node_rpc.node_rpc(args))
+            else:
+                from bench import raft
+
+                emit(raft.raft_seeds(args))
     log(f"done in {time.monotonic() - t0:.1f}s" + (f"; results in {out_path}" if out_path else ""))
     return 1 if failed else 0
 
