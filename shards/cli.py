@@ -67,9 +67,23 @@ def build_parser(
                        help="admin HTTP address (default 127.0.0.1:9644)")
     start.add_argument("--disable-metrics", action="store_const", const=True,
                        help="record no metrics and serve no /metrics")
-    # Refused until built, with the reason (shards/config.py NOT_BUILT); not in --help.
-    start.add_argument("--rpc-port", help=argparse.SUPPRESS)
-    start.add_argument("--seeds", help=argparse.SUPPRESS)
+    start.add_argument("--rpc-port", type=int, metavar="PORT",
+                       help="node RPC port of shard 0, shard k on PORT + k (default 33145)")
+    start.add_argument("--rpc-listen", metavar="HOST:PORT",
+                       help="node RPC address of shard 0 (default 127.0.0.1:33145)")
+    start.add_argument("--seeds", metavar="[ID@]HOST:PORT,...",
+                       help="RPC addresses of the cluster's nodes, this one included; without "
+                            "ID@ the i-th is node i (default: none, a node of its own)")
+    start.add_argument("--default-replicas", type=int, metavar="N",
+                       help="replicas of topics created without a count (default 1; at most "
+                            "the seeds)")
+    start.add_argument("--default-partitions", type=int, metavar="N",
+                       help="partitions of topics created without a count (default 1)")
+    start.add_argument("--raft-election-timeout-ms", type=int, metavar="MS",
+                       help="a follower without a leader campaigns after a random [MS, 2 MS) "
+                            "(default 1000)")
+    start.add_argument("--raft-heartbeat-interval-ms", type=int, metavar="MS",
+                       help="the leader's heartbeat, the Raft tick (default 150)")
     start.add_argument("--config", metavar="FILE",
                        help="YAML node config (env KRILL_CONFIG); flags and KRILL_* win")
     start.add_argument("--log-level", type=str.lower, choices=LOG_LEVELS,

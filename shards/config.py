@@ -3,20 +3,26 @@
 A `NodeConfig` is built once, by the supervisor's `krill start`, from four layers merged per
 field: command-line flags, then `KRILL_<FIELD>` environment variables, then a YAML file, then
 the defaults below (DESIGN.md §10). Compound `host:port` keys (`listen`, `advertise`,
-`reader_listen`) are split into their `*_host`/`*_port` fields before the merge, so
+`reader_listen`, `admin_listen`, `rpc_listen`) are split into their `*_host`/`*_port` fields
+before the merge, so
 `--listen 0.0.0.0:9092` and `KRILL_LISTEN_PORT=9000` combine field by field. The supervisor
 hands the result to each shard process as JSON (`to_json`/`from_json`).
 
 Every mistake is a `ConfigError` whose message is one line naming the source and the key, so
 the CLI can print it as `krill: error: <message>` and stop. Every key is honoured or refused:
-keys for work not built yet (node RPC, O_DIRECT storage, more than one replica) are refused
-with the reason (`NOT_BUILT`), never accepted and ignored.
+keys for work not built yet (O_DIRECT storage, nodes beyond the seeds) are refused with the
+reason, never accepted and ignored.
+
+A cluster is its seeds: `seeds` names every node's RPC address (`[id@]host:port`, the i-th
+from 1 being node i when no id is given), and they are the voters of the controller's Raft
+group. No seeds: a node of its own, with one replica per partition.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import os
 from collections.abc import Callable, Mapping
@@ -30,6 +36,7 @@ __all__ = [
     "NodeConfig",
     "load_config",
     "parse_host_port",
+    "parse_seeds",
     "usable_cores",
 ]
 
@@ -40,11 +47,9 @@ ENV_PREFIX = "KRILL_"
 LOG_LEVELS = ("trace", "debug", "info", "warning", "error", "critical")
 STORAGE_MODES = ("buffered",)  # "direct" (O_DIRECT, DESIGN.md §6) is not built yet
 
-# Keys a node will take once the work behind them is built; until then naming one is an error.
-NOT_BUILT = {
-    "rpc_port": "node-to-node RPC comes with replication, which is not built yet",
-    "seeds": "clusters of several nodes come with replication, which is not built yet",
-}
+# Keys a node will take once the work behind them is built; until then naming one is an error
+# (key -> why). Empty now; kept so the next such key is refused the same way.
+NOT_BUILT: dict[str, str] = {}
 
 # Compound keys accepted in flags, the environment and the file: key -> (host field, port field).
 HOST_PORT_KEYS = {
@@ -52,7 +57,12 @@ HOST_PORT_KEYS = {
     "advertise": ("advertise_host", "advertise_port"),
     "reader_listen": ("reader_host", "reader_port"),
     "admin_listen": ("admin_host", "admin_port"),
+    "rpc_listen": ("rpc_host", "rpc_port"),
 }
+
+# Below this a heartbeat interval is a busy loop, not a tick (10 ms: Python's loop turn under
+# load is a few ms).
+RAFT_HEARTBEAT_INTERVAL_MIN_MS = 10
 
 # Hosts that mean "every interface": clients cannot connect to them, so never advertise them.
 WILDCARD_HOSTS = ("0.0.0.0", "::", "")
@@ -80,10 +90,21 @@ class NodeConfig:
     reader_port: int = 9093
     admin_host: str = "127.0.0.1"  # the admin HTTP endpoint: /metrics, /v1/status/ready
     admin_port: int = 9644
+    # Node-to-node RPC (shards/node_mesh.py): shard k listens on rpc_port + k. Bound only in
+    # a cluster (with seeds).
+    rpc_host: str = "127.0.0.1"
+    rpc_port: int = 33145
+    # The cluster's nodes, comma-separated `[id@]host:port` RPC addresses (the controller's
+    # voters); without `id@` the i-th, from 1, is node i. Empty: a node of its own.
+    seeds: str = ""
+    # Raft timing (Redpanda's names): the heartbeat interval is the Raft tick; a follower that
+    # hears no leader campaigns after a random [T, 2T) of the election timeout T.
+    raft_election_timeout_ms: int = 1000
+    raft_heartbeat_interval_ms: int = 150
     disable_metrics: bool = False  # record nothing and serve no /metrics (Redpanda's name)
     auto_create_topics: bool = True
     default_partitions: int = 1
-    default_replicas: int = 1  # the only value until replication is built
+    default_replicas: int = 1  # more than 1 only in a cluster, at most one per seed
     message_max_bytes: int = 1048588  # Kafka's default: 1 MiB plus the batch overhead
     segment_bytes: int = 128 * MiB
     segment_ms: int = 7 * DAY_MS
@@ -127,11 +148,11 @@ class NodeConfig:
         # because a shard process reading this back from JSON is pinned to a single core.
         for name, value in dataclasses.asdict(self).items():
             _check_type(name, value)
-        for name in ("listen_port", "reader_port", "admin_port"):
+        for name in ("listen_port", "reader_port", "admin_port", "rpc_port"):
             _check_port(name, getattr(self, name))
         if self.advertise_port is not None:
             _check_port("advertise_port", self.advertise_port)
-        for name in ("listen_host", "reader_host", "admin_host"):
+        for name in ("listen_host", "reader_host", "admin_host", "rpc_host"):
             _check_host(name, getattr(self, name), wildcard_ok=True)
         if self.advertise_host is not None:
             _check_host("advertise_host", self.advertise_host, wildcard_ok=False)
@@ -172,17 +193,67 @@ class NodeConfig:
             raise ConfigError("storage_mode 'direct' (O_DIRECT) is not built yet; use 'buffered'")
         if self.storage_mode not in STORAGE_MODES:
             raise ConfigError(f"storage_mode must be 'buffered', not {self.storage_mode!r}")
-        if self.default_replicas != 1:
-            raise ConfigError(f"default_replicas must be 1, not {self.default_replicas}: "
-                              "replication is not built yet")
-        addresses = {"listen": self.listen, "reader_listen": self.reader_listen,
-                     "admin_listen": self.admin_listen}
-        for a, (name_a, address_a) in enumerate(addresses.items()):
-            for name_b, address_b in list(addresses.items())[a + 1:]:
+        self._check_raft_timing()
+        self._check_cluster()
+        self._check_overlaps()
+
+    def _check_raft_timing(self) -> None:
+        heartbeat, election = self.raft_heartbeat_interval_ms, self.raft_election_timeout_ms
+        if heartbeat < RAFT_HEARTBEAT_INTERVAL_MIN_MS:
+            raise ConfigError(f"raft_heartbeat_interval_ms must be at least "
+                              f"{RAFT_HEARTBEAT_INTERVAL_MIN_MS}, not {heartbeat}")
+        if election < 3 * heartbeat:
+            raise ConfigError(f"raft_election_timeout_ms must be at least 3 heartbeat intervals "
+                              f"({3 * heartbeat}), not {election}")
+
+    def _check_cluster(self) -> None:
+        if self.rpc_port + self.smp - 1 > 65535:
+            raise ConfigError(f"rpc_port {self.rpc_port} leaves no port for each of the "
+                              f"{self.smp} shards (rpc_port + shard must be at most 65535)")
+        seeds = self.seed_nodes  # parsed and checked once, then cached
+        if not seeds:
+            if self.default_replicas != 1:
+                raise ConfigError(f"default_replicas {self.default_replicas} needs a cluster: "
+                                  "set seeds")
+            return
+        ids = ", ".join(map(str, seeds))
+        if self.node_id not in seeds:
+            raise ConfigError(f"node_id {self.node_id} is not one of the seeds ({ids}): every "
+                              "node of a cluster is a seed; nodes beyond the seeds are not "
+                              "built yet")
+        own_host, own_port = seeds[self.node_id]
+        if own_port != self.rpc_port:
+            raise ConfigError(f"seeds give node {self.node_id} the RPC address "
+                              f"{own_host}:{own_port}, but its rpc_port is {self.rpc_port}")
+        if self.default_replicas > len(seeds):
+            raise ConfigError(f"default_replicas {self.default_replicas} is more than the "
+                              f"{len(seeds)} seed node(s)")
+
+    def _check_overlaps(self) -> None:
+        addresses = [("listen", self.listen), ("reader_listen", self.reader_listen),
+                     ("admin_listen", self.admin_listen)]
+        # The RPC ports are bound only in a cluster; a node of its own may reuse them.
+        if self.seed_nodes:
+            addresses += [(f"rpc_listen (shard {k})" if k else "rpc_listen",
+                           (self.rpc_host, self.rpc_port + k)) for k in range(self.smp)]
+        for a, (name_a, address_a) in enumerate(addresses):
+            for name_b, address_b in addresses[a + 1:]:
                 if _overlap(address_a, address_b):
                     raise ConfigError(f"{name_a} and {name_b} must differ, not "
                                       f"{address_a[0]}:{address_a[1]} and "
                                       f"{address_b[0]}:{address_b[1]}")
+
+    @functools.cached_property
+    def seed_nodes(self) -> dict[int, tuple[str, int]]:
+        """The cluster's nodes: node id -> (RPC host, RPC port of its shard 0), in the seeds'
+        order; empty for a node of its own. (A frozen dataclass still has a `__dict__`, where
+        cached_property keeps the parse; `seeds` stays the string, for the JSON hand-off.)"""
+        return parse_seeds(self.seeds)
+
+    @property
+    def raft_election_ticks(self) -> int:
+        """The election timeout in Raft ticks (one tick per heartbeat interval)."""
+        return max(3, round(self.raft_election_timeout_ms / self.raft_heartbeat_interval_ms))
 
 
     @property
@@ -205,6 +276,11 @@ class NodeConfig:
     @property
     def admin_listen(self) -> tuple[str, int]:
         return self.admin_host, self.admin_port
+
+    @property
+    def rpc_listen(self) -> tuple[str, int]:
+        """Shard 0's RPC address; shard k listens on the port + k."""
+        return self.rpc_host, self.rpc_port
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), sort_keys=True)
@@ -236,6 +312,8 @@ _FIELD_TYPES: dict[str, type] = {
     "group_initial_rebalance_delay_ms": int, "group_offset_retention_sec": int,
     "group_offset_retention_check_ms": int, "storage_mode": str, "log_level": str,
     "storage_min_free_bytes": int, "enable_failure_injection": bool,
+    "rpc_host": str, "rpc_port": int, "seeds": str, "raft_election_timeout_ms": int,
+    "raft_heartbeat_interval_ms": int,
 }
 _OPTIONAL_FIELDS = ("advertise_host", "advertise_port")
 assert set(_FIELD_TYPES) == {f.name for f in dataclasses.fields(NodeConfig)}
@@ -294,6 +372,37 @@ def parse_host_port(text: str, what: str = "address") -> tuple[str, int]:
     return host, int(port_text)
 
 
+def parse_seeds(text: str) -> dict[int, tuple[str, int]]:
+    """The seeds' `[id@]host:port,...` as node id -> (host, port); without `id@`, the i-th
+    entry (from 1) is node i.
+
+    >>> parse_seeds("127.0.0.1:33145,127.0.0.1:33245")
+    {1: ('127.0.0.1', 33145), 2: ('127.0.0.1', 33245)}
+    >>> parse_seeds("7@node-a:33145")
+    {7: ('node-a', 33145)}
+    """
+    nodes: dict[int, tuple[str, int]] = {}
+    if not text.strip():
+        return nodes
+    for i, entry in enumerate(text.split(","), start=1):
+        entry = entry.strip()
+        id_text, at, address = entry.rpartition("@")
+        if at and not id_text.isdigit():
+            raise ConfigError(f"seeds entry {entry!r} must be [id@]host:port with a "
+                              "non-negative integer id")
+        node = int(id_text) if at else i
+        host, port = parse_host_port(address, "seeds entry")
+        if host in WILDCARD_HOSTS:
+            raise ConfigError(f"seeds entry {entry!r} must name an address other nodes can "
+                              f"reach, not {host!r}")
+        if node in nodes:
+            raise ConfigError(f"seeds name node {node} twice")
+        if (host, port) in nodes.values():
+            raise ConfigError(f"seeds name the address {host}:{port} twice")
+        nodes[node] = host, port
+    return nodes
+
+
 def _convert(name: str, value: Any, label: str) -> Any:
     """Turn a raw value from the environment or the file into the field's type."""
     expected = _FIELD_TYPES[name]
@@ -313,6 +422,10 @@ def _convert(name: str, value: Any, label: str) -> Any:
         if isinstance(value, str) and value.strip().lstrip("-").isdigit():
             return int(value)
     elif expected is str:
+        if name == "seeds" and isinstance(value, list):  # YAML's list of `[id@]host:port`
+            if all(isinstance(entry, str) for entry in value):
+                return ",".join(value)
+            raise ConfigError(f"{label} must be a list of [id@]host:port strings, not {value!r}")
         if isinstance(value, str):
             return value.lower() if name in ("log_level", "storage_mode") else value
         if isinstance(value, int | float) and not isinstance(value, bool):

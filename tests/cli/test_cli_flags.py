@@ -244,19 +244,20 @@ def assert_one_usage_line(code: int, stderr: str) -> str:
 @pytest.mark.parametrize(
     "args, env, yaml, expected",
     [
-        (["--rpc-port", "5"], {}, None,
-         "--rpc-port: not supported: node-to-node RPC comes with replication"),
-        (["--seeds", "127.0.0.1:1"], {}, None,
-         "--seeds: not supported: clusters of several nodes come with replication"),
-        ([], {"KRILL_RPC_PORT": "33145"}, None, "KRILL_RPC_PORT: not supported"),
-        ([], {"KRILL_SEEDS": "127.0.0.1:1"}, None, "KRILL_SEEDS: not supported"),
+        (["--seeds", "127.0.0.1:1,127.0.0.1:2", "--node-id", "3"], {}, None,
+         "node_id 3 is not one of the seeds (1, 2): every node of a cluster is a seed; "
+         "nodes beyond the seeds are not built yet"),
+        ([], {"KRILL_SEEDS": "127.0.0.1:1", "KRILL_NODE_ID": "1"}, None,
+         "seeds give node 1 the RPC address 127.0.0.1:1, but its rpc_port is 33145"),
         ([], {"KRILL_STORAGE_MODE": "direct"}, None,
          "storage_mode 'direct' (O_DIRECT) is not built yet"),
-        ([], {"KRILL_DEFAULT_REPLICAS": "3"}, None, "default_replicas must be 1, not 3"),
-        ([], {}, "default_replicas: 3\n", "default_replicas must be 1, not 3"),
+        ([], {"KRILL_DEFAULT_REPLICAS": "3"}, None, "default_replicas 3 needs a cluster"),
+        (["--default-replicas", "2"], {}, None, "default_replicas 2 needs a cluster: set seeds"),
+        ([], {}, "default_replicas: 3\n", "default_replicas 3 needs a cluster: set seeds"),
         ([], {}, "storage_mode: direct\n", "storage_mode 'direct' (O_DIRECT) is not built yet"),
-        ([], {}, "rpc_port: 33145\n", "rpc_port: not supported: node-to-node RPC"),
-        ([], {}, "seeds: [127.0.0.1:33145]\n", "seeds: not supported: clusters of several"),
+        ([], {}, "seeds: [127.0.0.1:33145]\n", "node_id 0 is not one of the seeds (1)"),
+        (["--raft-heartbeat-interval-ms", "5"], {}, None,
+         "raft_heartbeat_interval_ms must be at least 10, not 5"),
     ],
 )  # fmt: skip
 def test_keys_for_later_work_are_refused_at_start(

@@ -156,10 +156,9 @@ def test_validation_errors_are_one_line(flags, env, message):
     "key, value, message",
     [
         # Keys for work not built yet are refused, with why; never accepted and ignored.
-        ("rpc_port", "33145", r"(?i)rpc.port: not supported: node-to-node RPC comes with"),
-        ("seeds", "127.0.0.1:33145", r"(?i)seeds: not supported: clusters of several nodes"),
         ("storage_mode", "direct", r"storage_mode 'direct' \(O_DIRECT\) is not built yet"),
-        ("default_replicas", "3", "default_replicas must be 1, not 3: replication"),
+        ("default_replicas", "3", "default_replicas 3 needs a cluster: set seeds"),
+        ("seeds", "127.0.0.1:33145", r"node_id 0 is not one of the seeds \(1\): every node"),
     ],
 )
 def test_keys_for_later_work_are_refused_from_every_source(tmp_path, key, value, message):
@@ -251,3 +250,129 @@ def test_from_json_does_not_check_smp_against_this_process_cores():
 def test_config_is_frozen():
     with pytest.raises(AttributeError):
         NodeConfig().data_dir = "/elsewhere"  # type: ignore[misc]
+
+
+# A cluster: seeds, node RPC, replicas, Raft timing ------------------------------------------
+
+THREE = "127.0.0.1:33145,127.0.0.1:33245,127.0.0.1:33345"
+
+
+def cluster(**flags):
+    """A node of the three-seed cluster of issue 17's example, node 1 unless told."""
+    values = {"seeds": THREE, "node_id": 1, "smp": 1, **flags}
+    return load_config(values, {}, None)
+
+
+def test_no_seeds_is_a_node_of_its_own():
+    config = load_config({}, {}, None)
+    assert config.seeds == ""
+    assert config.seed_nodes == {}
+    assert config.rpc_listen == ("127.0.0.1", 33145)
+    assert config.default_replicas == 1
+    assert config.raft_election_timeout_ms == 1000
+    assert config.raft_heartbeat_interval_ms == 150
+
+
+def test_seeds_without_ids_count_from_one():
+    config = cluster(default_replicas=3)
+    assert config.seed_nodes == {
+        1: ("127.0.0.1", 33145), 2: ("127.0.0.1", 33245), 3: ("127.0.0.1", 33345),
+    }  # fmt: skip
+    assert config.default_replicas == 3
+    assert config.seeds == THREE  # the string, as given: it goes to the shards as JSON
+
+
+def test_seeds_with_ids_and_every_source(tmp_path):
+    seeds = "7@10.0.0.7:33145, 9@[::1]:4000"
+    expected = {7: ("10.0.0.7", 33145), 9: ("::1", 4000)}
+    flags = {"node_id": 9, "rpc_listen": "[::1]:4000", "smp": 1}
+    assert load_config({**flags, "seeds": seeds}, {}, None).seed_nodes == expected
+    assert load_config(flags, {"KRILL_SEEDS": seeds}, None).seed_nodes == expected
+    path = write(tmp_path, "seeds:\n  - 7@10.0.0.7:33145\n  - 9@[::1]:4000\n")
+    assert load_config(flags, {}, path).seed_nodes == expected  # YAML's list
+    path = write(tmp_path, f"seeds: '{seeds}'\n")
+    assert load_config(flags, {}, path).seed_nodes == expected  # or one string
+
+
+def test_rpc_address_from_every_spelling(tmp_path):
+    assert load_config({"rpc_port": 40000}, {}, None).rpc_listen == ("127.0.0.1", 40000)
+    assert load_config({}, {"KRILL_RPC_LISTEN": "0.0.0.0:40001"}, None).rpc_listen == (
+        "0.0.0.0", 40001)
+    config = load_config({}, {"KRILL_RPC_PORT": "40002"}, write(tmp_path, "rpc_host: 10.0.0.1\n"))
+    assert config.rpc_listen == ("10.0.0.1", 40002)
+
+
+def test_seed_nodes_survive_the_json_hand_off():
+    config = cluster(default_replicas=2)
+    back = NodeConfig.from_json(config.to_json())
+    assert back == config
+    assert back.seed_nodes == config.seed_nodes
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        ({"seeds": "127.0.0.1"}, r"seeds entry must be host:port, not '127.0.0.1'"),
+        ({"seeds": "127.0.0.1:33145,,127.0.0.1:33345"}, r"seeds entry must be host:port, not ''"),
+        ({"seeds": "x@127.0.0.1:33145"}, r"seeds entry 'x@127.0.0.1:33145' must be \[id@\]"),
+        ({"seeds": "-1@127.0.0.1:33145"}, r"must be \[id@\]host:port"),
+        ({"seeds": "127.0.0.1:70000"}, r"seeds entry '127.0.0.1:70000' has a bad port"),
+        ({"seeds": "0.0.0.0:33145"}, r"must name an address other nodes can reach"),
+        ({"seeds": "1@127.0.0.1:33145,1@127.0.0.1:33245"}, r"seeds name node 1 twice"),
+        ({"seeds": "127.0.0.1:33145,2@127.0.0.1:33245,2@127.0.0.1:33345"},
+         r"seeds name node 2 twice"),
+        ({"seeds": "127.0.0.1:33145,127.0.0.1:33145"},
+         r"seeds name the address 127.0.0.1:33145 twice"),
+        ({"node_id": 4}, r"node_id 4 is not one of the seeds \(1, 2, 3\): every node of a "
+                         r"cluster is a seed; nodes beyond the seeds are not built yet"),
+        ({"node_id": 2}, r"seeds give node 2 the RPC address 127.0.0.1:33245, but its "
+                         r"rpc_port is 33145"),
+        ({"rpc_port": 65535, "seeds": "1@127.0.0.1:65535", "smp": 2},
+         r"rpc_port 65535 leaves no port for each of the 2 shards"),
+        ({"rpc_port": 0}, r"rpc_port must be between 1 and 65535"),
+        ({"rpc_listen": "[::1"}, r"--rpc-listen must be host:port"),
+        ({"default_replicas": 4}, r"default_replicas 4 is more than the 3 seed node\(s\)"),
+        ({"default_replicas": 0}, r"default_replicas must be at least 1, not 0"),
+        ({"listen": "127.0.0.1:33145"}, r"listen and rpc_listen must differ"),
+        ({"admin_listen": "0.0.0.0:33145"}, r"admin_listen and rpc_listen must differ"),
+        ({"reader_listen": "127.0.0.1:33146", "smp": 2},
+         r"reader_listen and rpc_listen \(shard 1\) must differ, not 127.0.0.1:33146"),
+        ({"raft_heartbeat_interval_ms": 9}, r"raft_heartbeat_interval_ms must be at least 10"),
+        ({"raft_heartbeat_interval_ms": 100, "raft_election_timeout_ms": 299},
+         r"raft_election_timeout_ms must be at least 3 heartbeat intervals \(300\), not 299"),
+    ],
+)  # fmt: skip
+def test_cluster_mistakes_are_one_line(flags, message):
+    if flags.get("smp", 1) > usable_cores():
+        pytest.skip("needs more usable cores")
+    with pytest.raises(ConfigError, match=message) as info:
+        cluster(**flags)
+    assert "\n" not in str(info.value)
+
+
+def test_a_single_seed_cluster_is_legal():
+    config = load_config({"seeds": "1@127.0.0.1:40000", "node_id": 1, "rpc_port": 40000}, {}, None)
+    assert config.seed_nodes == {1: ("127.0.0.1", 40000)}
+
+
+def test_rpc_ports_may_overlap_other_ports_without_seeds():
+    # Without seeds nothing binds them: a test's free Kafka port may well be 33145.
+    config = load_config({"listen": "127.0.0.1:33145"}, {}, None)
+    assert config.listen == config.rpc_listen
+
+
+def test_yaml_seeds_must_be_strings(tmp_path):
+    path = write(tmp_path, "seeds: [1, 2]\n")
+    with pytest.raises(ConfigError, match=r"seeds must be a list of \[id@\]host:port strings"):
+        load_config({}, {}, path)
+
+
+@pytest.mark.parametrize(
+    "election_ms, heartbeat_ms, ticks",
+    [(1000, 150, 7), (450, 150, 3), (300, 100, 3), (1000, 100, 10), (1049, 100, 10),
+     (1050, 100, 10), (1051, 100, 11), (30, 10, 3)],
+)
+def test_election_timeout_in_ticks(election_ms, heartbeat_ms, ticks):
+    config = NodeConfig(raft_election_timeout_ms=election_ms,
+                        raft_heartbeat_interval_ms=heartbeat_ms)
+    assert config.raft_election_ticks == ticks
