@@ -10,6 +10,8 @@ shard that serves it, so a shard never finds its port gone and the refusal is on
   if anything at all listens there (a socket without SO_REUSEPORT conflicts with every other).
 - The Spark reader: one socket, handed to shard 0's ZeroMQ ROUTER (`ZMQ_USE_FD`).
 - The admin HTTP endpoint: served by the supervisor itself (shards/admin.py).
+- Node RPC, in a cluster only: one socket per shard on rpc_port + shard, each handed to its
+  shard's ZeroMQ PULL socket (`ZMQ_USE_FD`, shards/node_mesh.py).
 
 `PortTaken` carries the one-line message the CLI prints.
 """
@@ -21,7 +23,8 @@ import socket
 
 from shards import limits
 
-__all__ = ["PortTaken", "bind_exclusive", "kafka_listeners", "listen_socket"]
+__all__ = ["PortTaken", "bind_exclusive", "kafka_listeners", "listen_socket",
+           "node_rpc_listeners"]
 
 
 class PortTaken(Exception):
@@ -78,6 +81,20 @@ def kafka_listeners(address: tuple[str, int], count: int) -> list[socket.socket]
     try:
         for _ in range(count):
             sockets.append(listen_socket("Kafka", address, reuse_port=True))
+    except PortTaken:
+        for sock in sockets:
+            sock.close()
+        raise
+    return sockets
+
+
+def node_rpc_listeners(address: tuple[str, int], shards: int) -> list[socket.socket]:
+    """One listening socket per shard for node RPC: shard k's on the port + k."""
+    host, port = address
+    sockets: list[socket.socket] = []
+    try:
+        for shard in range(shards):
+            sockets.append(listen_socket("node RPC", (host, port + shard)))
     except PortTaken:
         for sock in sockets:
             sock.close()

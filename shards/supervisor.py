@@ -2,10 +2,10 @@
 
 `krill start` lands here. The supervisor takes the data directory's lock (two nodes on one
 directory would corrupt it) and every port of the node (shards/ports.py): a node whose Kafka,
-reader or admin address is taken by anything refuses to start, exit code 1, one line naming
-the address. It removes what a crash left of deleted topics, starts the shard processes, each
-with its listening socket, serves the admin HTTP endpoint (shards/admin.py) on a thread of its
-own, and then only waits:
+reader, admin or (in a cluster) node RPC address is taken by anything refuses to start, exit
+code 1, one line naming the address. It removes what a crash left of deleted topics, starts
+the shard processes, each with its listening sockets, serves the admin HTTP endpoint
+(shards/admin.py) on a thread of its own, and then only waits:
 
 - SIGTERM/SIGINT: forward SIGTERM to every shard, wait for each to flush and exit (killing
   any that outlive `shard_stop_timeout_s`), exit 0.
@@ -28,14 +28,14 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import IO
+from typing import IO, NamedTuple
 
 from actors.controller import load_cluster_id
 from shards import limits
 from shards.admin import AdminServer, Node
 from shards.arena import create_arena_fds
 from shards.config import NodeConfig
-from shards.ports import PortTaken, kafka_listeners, listen_socket
+from shards.ports import PortTaken, kafka_listeners, listen_socket, node_rpc_listeners
 from shards.shard import TRASH_SUFFIX, setup_logging
 
 __all__ = ["run"]
@@ -52,7 +52,7 @@ def run(config: NodeConfig) -> int:
         print(f"krill: error: data directory {data_dir} is in use by another node", file=sys.stderr)
         return 1
     try:
-        listeners, reader, admin_socket = _take_ports(config)
+        listeners, reader, admin_socket, rpc = _take_ports(config)
     except PortTaken as e:
         print(f"krill: error: {e}", file=sys.stderr)
         lock.close()
@@ -85,15 +85,18 @@ def run(config: NodeConfig) -> int:
         for shard_id in range(shards):
             core = cores[shard_id % len(cores)]
             log.info("shard %d owns core %d", shard_id, core)
-            listen = listeners[shard_id] if shard_id < len(listeners) else None
+            sockets = _ShardSockets(
+                listen=listeners[shard_id] if shard_id < len(listeners) else None,
+                reader=reader if shard_id == 0 else None,
+                rpc=rpc[shard_id] if rpc else None,
+            )
             children.append(
-                _start_shard(config, shard_id, shards, core, run_dir, arena_fds, listen,
-                             reader if shard_id == 0 else None)
+                _start_shard(config, shard_id, shards, core, run_dir, arena_fds, sockets)
             )
     finally:
         for fd in arena_fds:
             os.close(fd)  # the shards hold their own copies
-        for sock in [*listeners, reader]:
+        for sock in [*listeners, reader, *rpc]:
             sock.close()  # likewise: each shard accepts on its own
     host, port = config.listen
     log.info("node %d listening on %s:%d with %d shard(s); admin on %s:%d", config.node_id,
@@ -131,9 +134,10 @@ def _running(pid: int) -> bool:
 
 def _take_ports(
     config: NodeConfig,
-) -> tuple[list[socket.socket], socket.socket, socket.socket]:
+) -> tuple[list[socket.socket], socket.socket, socket.socket, list[socket.socket]]:
     """Bind every address of the node (shards/ports.py), or raise PortTaken for the first
-    that is taken, holding none."""
+    that is taken, holding none: (Kafka listeners, reader, admin, node RPC per shard; no RPC
+    sockets for a node of its own)."""
     accepting = config.kafka_shards or config.smp
     listeners = kafka_listeners(config.listen, accepting)
     taken: list[socket.socket] = list(listeners)
@@ -141,11 +145,13 @@ def _take_ports(
         reader = listen_socket("Spark reader", config.reader_listen)
         taken.append(reader)
         admin = listen_socket("admin", config.admin_listen)
+        taken.append(admin)
+        rpc = node_rpc_listeners(config.rpc_listen, config.smp) if config.seed_nodes else []
     except PortTaken:
         for sock in taken:
             sock.close()
         raise
-    return listeners, reader, admin
+    return listeners, reader, admin, rpc
 
 
 def _remove_trash(data_dir: Path) -> None:
@@ -156,6 +162,14 @@ def _remove_trash(data_dir: Path) -> None:
             shutil.rmtree(path, ignore_errors=True)
 
 
+class _ShardSockets(NamedTuple):
+    """The listening sockets one shard is handed (None: not this shard's)."""
+
+    listen: socket.socket | None  # Kafka, on shards that accept connections
+    reader: socket.socket | None  # the Spark reader, shard 0's
+    rpc: socket.socket | None  # node RPC on rpc_port + shard, in a cluster
+
+
 def _start_shard(
     config: NodeConfig,
     shard_id: int,
@@ -163,8 +177,7 @@ def _start_shard(
     core: int,
     run_dir: str,
     arena_fds: list[int],
-    listener: socket.socket | None,
-    reader: socket.socket | None,
+    sockets: _ShardSockets,
 ) -> subprocess.Popen[bytes]:
     command = [
         sys.executable,
@@ -186,12 +199,11 @@ def _start_shard(
     fds = list(arena_fds)
     if arena_fds:
         command += ["--arena-fds", ",".join(map(str, arena_fds))]
-    if listener is not None:
-        command += ["--listen-fd", str(listener.fileno())]
-        fds.append(listener.fileno())
-    if reader is not None:
-        command += ["--reader-fd", str(reader.fileno())]
-        fds.append(reader.fileno())
+    for flag, sock in (("--listen-fd", sockets.listen), ("--reader-fd", sockets.reader),
+                       ("--rpc-fd", sockets.rpc)):
+        if sock is not None:
+            command += [flag, str(sock.fileno())]
+            fds.append(sock.fileno())
     # The shard ignores the terminal's SIGINT: the supervisor decides when it stops.
     return subprocess.Popen(command, preexec_fn=_ignore_sigint, pass_fds=fds)
 

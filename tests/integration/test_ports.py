@@ -1,14 +1,15 @@
 """A node's ports and bounds, against real `krill start` processes (shards/ports.py).
 
-A node whose Kafka, reader or admin address is taken, by another node or by any other
-program, refuses to start: exit code 1, one line naming the address, nothing left bound. The
-shards of one node share the Kafka port. `kafka_connections_max` closes a connection past it
-at once and counts it; `topic_partitions_per_shard` refuses topics and partitions past
-`topic_partitions_per_shard x smp`, `__consumer_offsets` included.
+A node whose Kafka, reader, admin or (in a cluster) node RPC address is taken, by another node
+or by any other program, refuses to start: exit code 1, one line naming the address, nothing
+left bound. The shards of one node share the Kafka port. `kafka_connections_max` closes a
+connection past it at once and counts it; `topic_partitions_per_shard` refuses topics and
+partitions past `topic_partitions_per_shard x smp`, `__consumer_offsets` included.
 """
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
@@ -217,6 +218,53 @@ def test_a_port_taken_by_another_program_is_refused(
     for name, port in ports.items():
         if name != which:
             assert_port_free(port)
+
+
+# Node RPC, in a cluster: one port per shard ----------------------------------------------
+
+
+def free_port_run(count: int) -> int:
+    """The first of `count` consecutive free ports on 127.0.0.1 (shard k's RPC is port + k)."""
+    for _ in range(100):
+        first = free_port()
+        if first + count - 1 > 65535:
+            continue
+        probes = []
+        try:
+            for port in range(first, first + count):
+                probe = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                probes.append(probe)
+                probe.bind(("127.0.0.1", port))
+            return first
+        except OSError:
+            continue
+        finally:
+            for probe in probes:
+                probe.close()
+    raise AssertionError(f"no {count} consecutive free ports")
+
+
+@pytest.mark.parametrize("shard", [0, 1])
+def test_a_taken_node_rpc_port_is_refused(tmp_path: Path, shard: int) -> None:
+    """A one-seed cluster binds rpc_port + k for each shard k: any taken is refused, one line,
+    and nothing else stays bound."""
+    smp = min(2, len(os.sched_getaffinity(0)))
+    if shard >= smp:
+        pytest.skip("needs two usable cores")
+    ports = {"kafka": free_port(), "reader": free_port(), "admin": free_port()}
+    rpc = free_port_run(smp)
+    with foreign_listener(rpc + shard, "plain"):
+        code, stderr, elapsed = krill_start(
+            "--listen", f"127.0.0.1:{ports['kafka']}",
+            "--reader-listen", f"127.0.0.1:{ports['reader']}",
+            "--admin-port", str(ports["admin"]),
+            "--data-dir", str(tmp_path / "node"), "--smp", str(smp),
+            "--node-id", "1", "--seeds", f"1@127.0.0.1:{rpc}", "--rpc-port", str(rpc),
+        )  # fmt: skip
+        line = f"krill: error: node RPC address 127.0.0.1:{rpc + shard} is already in use"
+        assert_refused(code, stderr, elapsed, line)
+    for port in [*ports.values(), *range(rpc, rpc + smp)]:
+        assert_port_free(port)
 
 
 # The shards of one node share the Kafka port ------------------------------------------------
