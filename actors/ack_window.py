@@ -118,10 +118,16 @@ class AckWindow(Generic[W]):
         offset: int,
         write_caching: bool = False,
         commit_source: CommitSource = CommitSource.LOCAL,
+        committed_offset: int | None = None,
     ) -> None:
-        """A window over a log whose every offset below `offset` is durable and committed
-        (a log just opened, its tail recovered); the rest of the module docstring."""
+        """A window over a log whose every offset below `offset` is durable (a log just
+        opened, its tail recovered) and committed, or, under QUORUM, committed only below
+        `committed_offset` (a replica restarting knows no more until its leader says);
+        the rest of the module docstring."""
         self.written_offset = self.flushed_offset = self.committed_offset = offset
+        if committed_offset is not None:
+            assert commit_source is CommitSource.QUORUM and committed_offset <= offset
+            self.committed_offset = committed_offset
         self.write_caching = write_caching
         self.commit_source = commit_source
         self.flush_covers: int | None = None  # the end offset the flush out makes durable
@@ -184,7 +190,8 @@ class AckWindow(Generic[W]):
     def flush_done(self, flushed_offset: int) -> Step[W]:
         """The flush out returned: the log is durable up to `flushed_offset`."""
         assert self.flush_covers is not None, self
-        assert self.flushed_offset <= flushed_offset <= self.flush_covers, (flushed_offset, self)
+        assert flushed_offset <= self.flush_covers, (flushed_offset, self)
+        flushed_offset = max(flushed_offset, self.flushed_offset)
         self.flush_covers = None
         self.flushed_offset = flushed_offset
         return self._settle()
@@ -210,6 +217,26 @@ class AckWindow(Generic[W]):
             return Step()
         self.committed_offset = offset
         return self._settle(moved=offset)
+
+    def rewritten(self, end_offset: int) -> Step[W]:
+        """Raft rewrote the log (QUORUM): a follower's divergent tail was cut, or its log
+        restarted empty at the leader's log start; the log now ends at `end_offset`. Waiters
+        past it fail (a leader's waiters were answered when it stepped down: none are left);
+        a flush out covers no more than the log holds."""
+        assert self.commit_source is CommitSource.QUORUM, self
+        if end_offset > self.written_offset:  # a restart past our end: all of it is new
+            self.flushed_offset = end_offset
+        else:
+            self.flushed_offset = min(self.flushed_offset, end_offset)
+        self.written_offset = end_offset
+        if self.flush_covers is not None:
+            self.flush_covers = max(self.flushed_offset, min(self.flush_covers, end_offset))
+        failed = _in_order(self._cut(queue) for queue in self._waiting.values())
+        moved = None
+        if self.committed_offset > end_offset:
+            self.committed_offset = moved = end_offset
+        self._check()
+        return Step(failed=failed, high_watermark=moved)
 
     def set_write_caching(self, write_caching: bool) -> Step[W]:
         """The topic's write.caching changed: it holds from now on (turned on, what is
@@ -256,7 +283,7 @@ class AckWindow(Generic[W]):
         assert self.flushed_offset <= self.written_offset, self
         assert self.committed_offset <= self.written_offset, self
         covers = self.flush_covers
-        assert covers is None or self.flushed_offset < covers <= self.written_offset, self
+        assert covers is None or self.flushed_offset <= covers <= self.written_offset, self
 
     def __repr__(self) -> str:
         return (f"AckWindow(written={self.written_offset}, flushed={self.flushed_offset}, "

@@ -175,7 +175,7 @@ def _nothing() -> None:
     pass
 
 
-def _names(message: Any) -> list[str | None]:
+def topic_names_of(message: Any) -> list[str | None]:
     """The topics a request to the Controller names, to answer each when it is refused."""
     if isinstance(message, DeleteTopics):
         return list(message.names)
@@ -270,7 +270,7 @@ class Controller(LoopActor):
         else:
             busy = ErrorCode.REQUEST_TIMED_OUT
             message.reply(
-                [TopicResult(name or "", busy, "controller busy") for name in _names(message)]
+                [TopicResult(name or "", busy, "controller busy") for name in topic_names_of(message)]
             )
 
     # Topics -------------------------------------------------------------------------------

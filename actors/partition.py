@@ -62,7 +62,7 @@ from typing import Any, NamedTuple
 from pykka import ActorDeadError
 
 from actors import limits
-from actors.ack_window import Acks, AckWindow, Step
+from actors.ack_window import Acks, AckWindow, CommitSource, Step
 from actors.group import OFFSETS_TOPIC
 from actors.log_lifecycle import LogLifecycle
 from actors.partition_messages import (
@@ -79,10 +79,15 @@ from actors.partition_messages import (
     PartitionInfo,
     Produce,
     ProduceResult,
+    RaftReceive,
+    RaftUnreachable,
     Read,
     ReadResult,
+    TransferLeadership,
     UpdateSettings,
+    refuse,
 )
+from actors.partition_replication import Address, Replication
 from actors.producer_state import ProducerStateTable
 from actors.runtime import LoopActor
 from actors.services import Services, now_ms
@@ -152,7 +157,10 @@ class Partition(LoopActor):
         directory: Path,
         settings: TopicSettings,
         services: Services,
+        replicas: tuple[Address, ...] = (),
     ) -> None:
+        """`replicas`: every replica's (node, shard) when the partition has more than one
+        (a Raft group, actors/partition_replication.py); else it is the only copy."""
         super().__init__()
         self.topic = topic
         self.index = index
@@ -174,6 +182,13 @@ class Partition(LoopActor):
         self._flush_failures = 0  # failed flushes in a row (one log line per run of them)
         self._log: DiskLog | None = None
         self._lifecycle = LogLifecycle(self)
+        raft = getattr(services, "raft", None)
+        self._replication: Replication | None = None
+        if len(replicas) > 1:
+            assert raft is not None, f"{topic}-{index}: replicas {replicas} on a single node"
+            self._replication = Replication(self, replicas, raft)
+        self._leading = self._replication is None  # a lone copy always leads
+        self._flush_term: int | None = None  # the term of the last batch the flush out covers
         self._handlers: dict[type, Callable[[Any], None]] = {
             Produce: self._produce,
             Read: self._read,
@@ -184,7 +199,10 @@ class Partition(LoopActor):
             _Warmed: self._warmed,
             Delete: self._delete,
             UpdateSettings: self._update_settings,
-            DeleteRecords: lambda m: self._lifecycle.delete_records(m.offset, m.reply),
+            DeleteRecords: self._delete_records,
+            RaftReceive: self._raft_receive,
+            RaftUnreachable: self._raft_unreachable,
+            TransferLeadership: self._transfer_leadership,
         }
 
     def __str__(self) -> str:
@@ -200,12 +218,20 @@ class Partition(LoopActor):
         self._log = DiskLog.open(self.directory, self._log_config())
         self._rebuild_producer_state()
         self._log.serve()  # reads come from the loop from here on
-        self._window = AckWindow(self._log.flushed_offset, self.settings.write_caching)
+        if self._replication is None:
+            self._window = AckWindow(self._log.flushed_offset, self.settings.write_caching)
+        else:
+            # What a quorum has is known once a leader says: nothing is readable until then.
+            self._window = AckWindow(self._log.flushed_offset, self.settings.write_caching,
+                                     CommitSource.QUORUM, self._log.log_start_offset)
+            self._replication.start(self._log)
         self._publish()
         self._lifecycle.start()
 
     def on_stop(self) -> None:
         self._lifecycle.stop()
+        if self._replication is not None:
+            self._replication.stop()
         self._fail_waiters(ErrorCode.NOT_LEADER_OR_FOLLOWER)
         self.services.long_polls.gone((self.topic, self.index))
         if not self._window.flush_in_flight:
@@ -233,19 +259,7 @@ class Partition(LoopActor):
     def on_dropped(self, message: Any) -> None:
         # Told after the stop (its topic was deleted): the sender still waits for an answer,
         # and a cross-core producer holds the batch's arena region until phase one.
-        gone = ErrorCode.NOT_LEADER_OR_FOLLOWER
-        if isinstance(message, Produce):
-            if message.on_dispatched is not None:
-                message.on_dispatched()
-            self._answer(message, ProduceResult(gone))
-        elif isinstance(message, Read):
-            message.reply(ReadResult(gone))
-        elif isinstance(message, ListOffset):
-            message.reply(ListOffsetResult(gone))
-        elif isinstance(message, EpochEndOffset):
-            message.reply((gone, -1, -1))
-        elif isinstance(message, DeleteRecords):
-            message.reply((gone, -1))
+        refuse(message, ErrorCode.NOT_LEADER_OR_FOLLOWER)
 
     def on_receive(self, message: Any) -> Any:
         handler = self._handlers.get(type(message))
@@ -271,6 +285,8 @@ class Partition(LoopActor):
         return now_ms()
 
     def log_start_moved(self) -> None:
+        if self._replication is not None and self._log is not None:
+            self._replication.log_start_moved(self._log.log_start_offset)
         self._publish()
 
     def producer_last_batches(self) -> set[int]:
@@ -284,6 +300,7 @@ class Partition(LoopActor):
 
     def _rebuild_producer_state(self) -> None:
         assert self._log is not None
+        self._producers = ProducerStateTable()
         for header in self._log.iter_batch_headers(self._log.log_start_offset):
             if header.producer_id >= 0 and not header.is_control:
                 self._producers.record(
@@ -311,6 +328,11 @@ class Partition(LoopActor):
         if log_ is None or self._failed is not None:
             self._answer(m, ProduceResult(self._failed or ErrorCode.NOT_LEADER_OR_FOLLOWER))
             return
+        if self._replication is not None:
+            refused = self._replication.refuse_append()
+            if refused is not None:
+                self._answer(m, ProduceResult(refused))
+                return
         first, last = m.headers[0], m.headers[-1]
         size = last.position + last.size - first.position
         guard = self._disk_space
@@ -351,6 +373,9 @@ class Partition(LoopActor):
             self.storage_failed()
             self._answer(m, ProduceResult(ErrorCode.KAFKA_STORAGE_ERROR))
             return
+        if self._replication is not None:
+            self._replication.proposed(result.base_offset,
+                                       result.last_offset + 1 - result.base_offset)
         self._record_producers(m.headers, first_base)
         self._unflushed_bytes += size
         if self._disk_space is not None:
@@ -447,12 +472,13 @@ class Partition(LoopActor):
             self._start_flush()
 
     def _start_flush(self) -> None:
-        if self._log is None:
-            return
+        if self._log is None or self._log.cut_pending:
+            return  # a cut's end starts the flush it held back (cut_complete)
         ticket = self._log.flush_prepare()
         covers = self._window.flush_started()
         assert ticket is not None and ticket.offset == covers, (ticket, self._window)
         flushed_bytes, self._unflushed_bytes = self._unflushed_bytes, 0
+        self._flush_term = self._log.term_at(ticket.offset - 1)
 
         def timed() -> float:
             started = time.monotonic()
@@ -522,12 +548,18 @@ class Partition(LoopActor):
             log.warning("%s: fdatasync works again after %d failures", self,
                         self._flush_failures)
             self._flush_failures = 0
+        if m.error is None and self._replication is not None:
+            self._replication.flushed(self._log.flushed_offset - 1, self._flush_term)
         self._lifecycle.close_retired()
         self._carry_out(step)
 
     def _publish(self) -> None:
-        """Tell the shard's watermark table (long polls, idle reads) what changed."""
+        """Tell the shard's watermark table (long polls, idle reads) what changed. A replica
+        that does not lead has nothing to publish: reads go to it and are refused."""
         assert self._log is not None
+        if not self._leading:
+            self.services.long_polls.gone((self.topic, self.index))
+            return
         hwm, start = self.high_watermark, self._log.log_start_offset
         state = Published(hwm, start, self.leader_epoch, ReadResult(ErrorCode.NONE, hwm, start))
         self.services.long_polls.publish((self.topic, self.index), state)
@@ -539,6 +571,8 @@ class Partition(LoopActor):
     # Reads --------------------------------------------------------------------------------
 
     def _epoch_error(self, current_leader_epoch: int) -> ErrorCode | None:
+        if not self._leading:
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER
         if current_leader_epoch < 0 or current_leader_epoch == self.leader_epoch:
             return None
         if current_leader_epoch < self.leader_epoch:
@@ -600,6 +634,9 @@ class Partition(LoopActor):
         if m.timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
             m.reply(ListOffsetResult(ErrorCode.NONE, -1, log_.log_start_offset, epoch))
         elif m.timestamp == LATEST_TIMESTAMP:
+            if self._replication is not None and not self._replication.leader_ready():
+                m.reply(ListOffsetResult(ErrorCode.OFFSET_NOT_AVAILABLE))
+                return
             m.reply(ListOffsetResult(ErrorCode.NONE, -1, self.high_watermark, epoch))
         elif m.timestamp == MAX_TIMESTAMP:
             found = log_.max_timestamp()
@@ -679,9 +716,13 @@ class Partition(LoopActor):
             m.reply((error, -1, -1))
         elif m.leader_epoch > self.leader_epoch:
             m.reply((ErrorCode.NONE, -1, -1))  # UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
-        else:
+        elif self._replication is None:
             # Every batch so far was written in epoch 0, the only epoch there has been.
             m.reply((ErrorCode.NONE, self.leader_epoch, log_.next_offset))
+        else:
+            # Kafka's endOffsetFor: the largest epoch <= the one asked, and where it ends.
+            epoch, end = log_.end_offset_for_epoch(m.leader_epoch)
+            m.reply((ErrorCode.NONE, epoch, end))
 
     def _info(self, m: PartitionInfo) -> None:
         log_ = self._log
@@ -701,6 +742,71 @@ class Partition(LoopActor):
             }
         )
 
+    # Replication (actors/partition_replication.py) ----------------------------------------
+
+    def _raft_receive(self, m: RaftReceive) -> None:
+        if self._replication is not None and self._log is not None:
+            self._replication.receive(m.messages)
+
+    def _raft_unreachable(self, m: RaftUnreachable) -> None:
+        if self._replication is not None:
+            self._replication.unreachable(m.peer)
+
+    def _transfer_leadership(self, m: TransferLeadership) -> None:
+        started = self._replication is not None and self._replication.transfer_leadership()
+        m.reply(started)
+
+    def written_offset(self) -> int:
+        return self._window.written_offset
+
+    def replicated_append(self, last_offset: int, headers: list[BatchHeader]) -> None:
+        """The Replica wrote batches at the log's end (a follower's, or the leader's no-op):
+        producers recorded, the ack window told, a flush started."""
+        for header in headers:
+            if header.producer_id >= 0 and not header.is_control:
+                self._producers.record(header.producer_id, header.producer_epoch,
+                                       header.base_sequence, header.base_offset,
+                                       header.last_offset)
+            self._unflushed_bytes += header.size
+        self._carry_out(self._window.appended(last_offset))
+
+    def quorum_committed(self, high_watermark: int) -> None:
+        if high_watermark > self._window.committed_offset:
+            self._carry_out(self._window.committed(high_watermark))
+
+    def log_rewritten(self) -> None:
+        """A cut or a reset changed what the log holds: producer state and the window follow."""
+        assert self._log is not None
+        self._rebuild_producer_state()
+        self._carry_out(self._window.rewritten(self._log.next_offset))
+
+    def cut_complete(self) -> None:
+        """A cut is durable: start the flush it held back, if one is wanted."""
+        if self._window.flush_covers is None and self._window.flush_wanted:
+            self._start_flush()
+
+    def role_changed(self, leading: bool, term: int, was_leading: bool) -> None:
+        self.leader_epoch = term
+        self._leading = leading
+        if was_leading and not leading:
+            # Whether they commit is the next leader's to say (module docstring of
+            # partition_replication): retriable, and an idempotent retry finds its offset.
+            self._fail_waiters(ErrorCode.REQUEST_TIMED_OUT)
+        if self._log is not None:
+            self._publish()
+
+    @property
+    def leader_epoch_is_leader(self) -> bool:
+        return self._leading and self._replication is not None
+
+    def raft_status(self) -> list[Any] | None:
+        """For the shard's stats: [topic, index, role, leader, term, hwm, log end, followers]."""
+        if self._replication is None or self._log is None:
+            return None
+        role, leader, term, followers = self._replication.status()
+        return [self.topic, self.index, role, leader, term, self.high_watermark,
+                self._log.next_offset, followers]
+
     # Topic changes ------------------------------------------------------------------------
 
     def _update_settings(self, m: UpdateSettings) -> None:
@@ -711,8 +817,17 @@ class Partition(LoopActor):
             self._log.set_config(self._log_config())
             self._carry_out(self._window.set_write_caching(m.settings.write_caching))
 
+    def _delete_records(self, m: DeleteRecords) -> None:
+        if not self._leading:
+            m.reply((ErrorCode.NOT_LEADER_OR_FOLLOWER, -1))
+            return
+        self._lifecycle.delete_records(m.offset, m.reply)
+
     def _delete(self, m: Delete) -> None:
         gone = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        if self._replication is not None:
+            self._replication.stop()
+            self._replication.forget()
         self._fail_waiters(gone)
         self._failed = gone  # produces still in the inbox are refused
         self._deleted = m.trash

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from actors.log_lifecycle import DeleteRecordsReply
 from actors.topic_config import TopicSettings
@@ -33,8 +33,12 @@ __all__ = [
     "Produce",
     "ProduceResult",
     "Read",
+    "RaftReceive",
+    "RaftUnreachable",
     "ReadResult",
+    "TransferLeadership",
     "UpdateSettings",
+    "refuse",
 ]
 
 # ListOffsets' special timestamps.
@@ -142,3 +146,44 @@ class DeleteRecords(NamedTuple):
 
     offset: int
     reply: DeleteRecordsReply
+
+
+class RaftReceive(NamedTuple):
+    """Raft messages from the partition's peers, in the order they came (shards/calls/raft.py)."""
+
+    messages: list[Any]  # actors.raft.Message
+
+
+class RaftUnreachable(NamedTuple):
+    """Node RPC gave up on a send to `peer` (its queue is full): Raft probes it again later."""
+
+    peer: tuple[int, int]
+
+
+class TransferLeadership(NamedTuple):
+    """Hand leadership to the most caught-up follower (a clean shutdown); replies whether a
+    transfer started."""
+
+    reply: Callable[[bool], None]
+
+
+def refuse(message: Any, error: ErrorCode) -> None:
+    """Answer a partition message with `error` (its partition is gone, or not here); a produce
+    also gives back its bytes (phase one)."""
+    if isinstance(message, Produce):
+        if message.on_dispatched is not None:
+            message.on_dispatched()
+        if message.reply is not None:
+            message.reply(ProduceResult(error))
+    elif isinstance(message, Read):
+        message.reply(ReadResult(error))
+    elif isinstance(message, ListOffset):
+        message.reply(ListOffsetResult(error))
+    elif isinstance(message, EpochEndOffset):
+        message.reply((error, -1, -1))
+    elif isinstance(message, DeleteRecords):
+        message.reply((error, -1))
+    elif isinstance(message, TransferLeadership):
+        message.reply(False)
+    elif isinstance(message, PartitionInfo):
+        message.reply({"error": error.name})

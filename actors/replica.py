@@ -58,7 +58,7 @@ from actors.raft import (
 )
 from storage.log import Log
 from storage.replica import CutTicket
-from wire.record_batch import iter_batches
+from wire.record_batch import BatchHeader, iter_batches
 from wire.records import build_batch
 
 __all__ = ["Replica", "ReplicaHost", "leader_change_batch", "log_batch_reader", "read_range"]
@@ -119,12 +119,15 @@ class ReplicaHost(Protocol):
     """What a Replica asks of the partition hosting it."""
 
     def replica_log(self) -> Log: ...
-    def appended(self, last_offset: int) -> None:
-        """A follower's batches (or the leader's no-op) were written up to `last_offset`:
-        flush them (the partition's flush path reports back with `Replica.flushed`)."""
+    def appended(self, last_offset: int, headers: list[BatchHeader]) -> None:
+        """A follower's batches `headers` (or the leader's no-op) were written up to
+        `last_offset`: flush them (the partition's flush path reports back with
+        `Replica.flushed`)."""
     def log_rewritten(self) -> None:
         """A cut or a reset changed what the log holds: rebuild what was derived from it
         (producer state, the ack window's written offset)."""
+    def cut_complete(self) -> None:
+        """A cut is durable and the writes behind it are in the log: flush what waits."""
     def committed(self, high_watermark: int) -> None: ...
     def role_changed(self, soft: SoftState, term: int) -> None: ...
     def send(self, messages: list[Message]) -> None: ...
@@ -281,7 +284,7 @@ class Replica:
             if not headers:
                 return
             log_.append_replicated(data, headers, host.now_ms())
-        host.appended(log_.next_offset - 1)
+        host.appended(log_.next_offset - 1, headers)
 
     def _cut(self, ticket: CutTicket) -> None:
         self._cutting = True
@@ -297,5 +300,7 @@ class Replica:
             self._cutting = False
             while self._writes and not self._cutting:
                 self._log_write(self._writes.popleft())
+            if not self._cutting:
+                self._host.cut_complete()
 
         self._host.run_io(ticket.run, done)

@@ -230,6 +230,13 @@ class LoopActor(pykka.Actor):
             self._stop()
 
 
+def actor_of(ref: Any) -> LoopActor | None:
+    """The actor behind `ref`, for a read on the loop thread (stats, a ticker): never to
+    change its state from outside its messages."""
+    inbox = getattr(ref, "actor_inbox", None)
+    return getattr(inbox, "_actor", None)
+
+
 def stop_all_actors() -> None:
     """Ask every registered actor to stop; each runs on_stop() on its next drain. An actor
     whose loop is already closed (a run cut short: a simulated scenario timed out) can run

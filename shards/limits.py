@@ -156,3 +156,10 @@ admin_socket_timeout_s = 10.0
 failure_probe_delay_ms_max = 60_000
 # Leaderless partitions /v1/cluster/health_overview lists by name (all are counted).
 health_partitions_listed_max = 100
+
+# Every shard tells every other shard of the cluster who leads the partitions it leads this
+# often, besides at once on each change: a node that starts, or missed a report while cut off,
+# learns every leader within this long.
+leader_refresh_interval_s = 2.0
+# Leader reports in one message at most (a shard leading thousands sends several).
+leader_updates_per_message_max = 500

@@ -39,23 +39,31 @@ from typing import Any
 import zmq
 from pykka import ActorRef, ActorRegistry
 
+from actors.cluster.commands import NodeInfo
+from actors.cluster.state import ClusterView, PlacedTopic
+from actors.cluster_controller import ClusterController
 from actors.connection import Connection
 from actors.controller import Controller, load_cluster_id, load_topic_table
 from actors.group import OFFSETS_TOPIC, offsets_partition
 from actors.group.coordinator import GroupCoordinator
+from actors.handlers.join import send as send_to
 from actors.metrics import ShardMetrics
 from actors.partition import Delete, Partition, UpdateSettings
-from actors.runtime import bind_loop, stop_all_actors
+from actors.partition_messages import RaftReceive, RaftUnreachable, refuse
+from actors.runtime import actor_of, bind_loop, stop_all_actors
 from actors.services import BrokerSettings, TopicTable
 from actors.topic_config import TopicSettings
 from shards import limits
 from shards.arena import ArenaLease, ArenaSet
-from shards.calls import segments, topics
+from shards.calls import cluster_info, segments, topics
+from shards.calls.raft import CONTROLLER_GROUP
 from shards.config import NodeConfig
 from shards.disk_space import DiskSpaceWatch
 from shards.io_pool import IoPool
 from shards.memory import MemoryBudget
+from shards.node_mesh import NodeMesh
 from shards.pipes import PipeBroken, ZmqPipeMesh
+from shards.raft_host import RaftHost
 from shards.reader import ReaderEndpoint
 from shards.remote import RemoteController, RemoteCoordinator, RemotePartition
 from shards.router import Router
@@ -65,6 +73,7 @@ from shards.threads import demote_helper_threads
 from shards.watch import WatchService
 from storage.free_space import FreeSpaceGuard
 from storage.probes import PROBES, clear_probe, set_probe
+from wire.errors import ErrorCode
 from wire.frame import SCRATCH_BYTES
 
 __all__ = ["Shard", "main"]
@@ -85,9 +94,11 @@ class Shard:
         arena_fds: list[int] | None = None,
         listen_fd: int | None = None,
         reader_fd: int | None = None,
+        rpc_fd: int | None = None,
     ) -> None:
         """`listen_fd`: the Kafka listening socket the supervisor bound for this shard (None:
-        it accepts no connections); `reader_fd`: shard 0's Spark reader socket."""
+        it accepts no connections); `reader_fd`: shard 0's Spark reader socket; `rpc_fd`: its
+        node RPC socket, in a cluster."""
         self.config = config
         self.shard_id = shard_id
         self.shards = shards
@@ -98,7 +109,7 @@ class Shard:
             advertised_host=host,
             advertised_port=port,
             data_dir=str(Path(config.data_dir).resolve()),
-            cluster_id=load_cluster_id(config.data_dir),
+            cluster_id=_cluster_id(config),
             auto_create_topics=config.auto_create_topics,
             default_partitions=config.default_partitions,
             message_max_bytes=config.message_max_bytes,
@@ -162,6 +173,18 @@ class Shard:
         self._listener: socket.socket | None = None
         self._reader: ReaderEndpoint | None = None  # shard 0 only
         self._stopping = False
+        # A cluster (DESIGN.md §7): node RPC, Raft groups, the controller group on shard 0.
+        self.cluster = bool(config.seed_nodes)
+        self._rpc_fd = rpc_fd
+        self._node_mesh: NodeMesh | None = None
+        self.raft: RaftHost | None = None
+        self._cluster_nodes: dict[int, NodeInfo] = {}  # registered nodes (Metadata's brokers)
+        self._controller_leader: int | None = None
+        self._controller_actor: ClusterController | None = None
+        if self.cluster:
+            self.raft = RaftHost(
+                config.node_id, shard_id, self.loop, self.settings.data_dir, self.run_blocking,
+                config.raft_election_ticks, 1, config.raft_heartbeat_interval_ms / 1000)
 
     # Services -----------------------------------------------------------------------------
 
@@ -173,7 +196,12 @@ class Shard:
         local = self._partitions.get(key)
         if local is not None:
             return local
-        return self._remote_partitions.get(key)
+        remote = self._remote_partitions.get(key)
+        if remote is None and self.cluster:
+            info = self._table.topics.get(topic)
+            if info is not None and 0 <= index < info.partitions:
+                return NOT_HOSTED  # another node's: the client asks its leader
+        return remote
 
     def local_partition(self, topic: str, index: int) -> ActorRef[Any] | None:
         return self._partitions.get((topic, index))
@@ -187,6 +215,15 @@ class Shard:
         return settings is not None and settings.write_caching
 
     def owner_of(self, topic: str, index: int) -> int:
+        """The shard of this node that holds the partition's replica (in a cluster: the
+        replica placed on this node; -1 when none is)."""
+        if self.cluster:
+            info = self._table.topics.get(topic)
+            if isinstance(info, PlacedTopic) and 0 <= index < info.partitions:
+                for node, shard in info.replicas[index]:
+                    if node == self.config.node_id:
+                        return shard
+            return -1
         return shard_of(topic, index, self.shards)
 
     def controller(self) -> Any:
@@ -198,13 +235,64 @@ class Shard:
         `__consumer_offsets` partition (a stand-in when that is another shard)."""
         info = self._table.topics.get(OFFSETS_TOPIC)
         count = info.partitions if info is not None else self.settings.offsets_topic_partitions
-        return self._coordinator_on(
-            self.owner_of(OFFSETS_TOPIC, offsets_partition(group_id, count))
-        )
+        owner = self.owner_of(OFFSETS_TOPIC, offsets_partition(group_id, count))
+        if owner < 0:
+            if info is None:  # not made yet: any shard's coordinator makes it
+                return self._group_coordinator
+            return None  # no replica here: the client finds its coordinator again
+        return self._coordinator_on(owner)
 
     def group_coordinators(self) -> list[Any]:
         """Every shard's coordinator (ListGroups asks them all)."""
         return [self._coordinator_on(shard) for shard in range(self.shards)]
+
+    # Cluster services (Metadata, FindCoordinator) -------------------------------------------
+
+    def brokers(self) -> list[tuple[int, str, int, str | None]]:
+        """(id, host, port, rack) of every node Metadata lists."""
+        if not self.cluster or not self._cluster_nodes:
+            s = self.settings
+            return [(s.node_id, s.advertised_host, s.advertised_port, None)]
+        return [(n.node, n.host, n.port, n.rack) for n in self._cluster_nodes.values()]
+
+    def controller_id(self) -> int:
+        if not self.cluster:
+            return self.settings.node_id
+        return -1 if self._controller_leader is None else self._controller_leader
+
+    def partition_leader(self, topic: str, index: int
+                         ) -> tuple[int, int, list[int], list[int]] | None:
+        """(leader node or -1, leader epoch, replica nodes, in-sync nodes) of a partition of a
+        cluster's topic; None on a node of its own (it leads everything, epoch 0)."""
+        if not self.cluster or self.raft is None:
+            return None
+        info = self._table.topics.get(topic)
+        if not isinstance(info, PlacedTopic) or not 0 <= index < info.partitions:
+            return None
+        replicas = [node for node, _ in info.replicas[index]]
+        entry = self.raft.leaders.get(topic, index)
+        if entry is None or entry.leader is None:
+            return -1, entry.epoch if entry is not None else -1, replicas, []
+        isr = [node for node, _ in entry.isr] or [entry.leader[0]]
+        return entry.leader[0], entry.epoch, replicas, isr
+
+    def coordinator_node(self, group_id: str) -> tuple[int, str, int] | None:
+        """The node that coordinates `group_id` (its offsets partition's leader): (id, host,
+        port), or None when no leader is known."""
+        if not self.cluster:
+            s = self.settings
+            return s.node_id, s.advertised_host, s.advertised_port
+        info = self._table.topics.get(OFFSETS_TOPIC)
+        if info is None:
+            return None
+        leader = self.partition_leader(
+            OFFSETS_TOPIC, offsets_partition(group_id, info.partitions))
+        if leader is None or leader[0] < 0:
+            return None
+        node = self._cluster_nodes.get(leader[0])
+        if node is None:
+            return None
+        return node.node, node.host, node.port
 
     def local_group_coordinator(self) -> Any:
         return self._group_coordinator
@@ -216,6 +304,8 @@ class Shard:
         return RemoteCoordinator(self._router, shard)
 
     def _owns_offsets_partition(self, index: int) -> bool:
+        if self.cluster:  # led here: OffsetsOwnership tells the coordinator as leaders move
+            return False
         return self.owner_of(OFFSETS_TOPIC, index) == self.shard_id
 
     def run_blocking(
@@ -254,6 +344,8 @@ class Shard:
         if table.version <= old.version and old.version:
             return  # a copy of the table this shard already has (start-up races)
         self._table = table
+        if self.raft is not None:
+            self.raft.leaders.set_topics(table)
         for name, info in table.topics.items():
             settings = TopicSettings.of(info.configs, self.settings)
             previous = old.topics.get(name)
@@ -269,6 +361,8 @@ class Shard:
             first_new = previous.partitions if previous is not None else 0
             for index in range(first_new, info.partitions):
                 owner = self.owner_of(name, index)
+                if owner < 0:
+                    continue  # a cluster's partition with no replica on this node
                 if owner != self.shard_id:
                     assert self._router is not None
                     self._remote_partitions[(name, index)] = RemotePartition(
@@ -276,8 +370,9 @@ class Shard:
                     )
                     continue
                 directory = Path(self.settings.data_dir) / f"{name}-{index}"
+                replicas = info.replicas[index] if isinstance(info, PlacedTopic) else ()
                 self._partitions[(name, index)] = Partition.start(
-                    name, index, directory, settings, self
+                    name, index, directory, settings, self, replicas
                 )
         for name, info in old.topics.items():
             if name not in table.topics:
@@ -313,9 +408,15 @@ class Shard:
                 on_backlog=lambda _target, _bytes: self.memory.wake(),
                 on_broken=self.pipe_broken,
             )
+        if self.cluster:
+            self._start_node_rpc()
+        elif self._mesh is not None:
             self._router = Router(self, self._mesh, self._arenas)
+        if self._router is not None:
             self.long_polls.bind(self._router, lambda t, i: (t, i) in self._partitions)
-        if self.shard_id == 0:
+        if self.shard_id == 0 and self.cluster:
+            self._controller = self._start_cluster_controller()
+        elif self.shard_id == 0:
             self._controller = Controller.start(
                 self.settings, self.publish_topics, self.run_blocking
             )
@@ -323,8 +424,10 @@ class Shard:
             assert self._router is not None
             self._controller = RemoteController(self._router)
             # The table as shard 0 last wrote it (a read-only file); newer versions follow
-            # on the pipe from shard 0, in order.
-            self.on_topics_changed(load_topic_table(self.settings.data_dir))
+            # on the pipe from shard 0, in order. (A cluster's comes from its controller
+            # group, once shard 0 has replayed its log.)
+            if not self.cluster:
+                self.on_topics_changed(load_topic_table(self.settings.data_dir))
         self._group_coordinator = GroupCoordinator.start(self, self._owns_offsets_partition)
         if self._listen_fd is not None:
             self._listener = socket.socket(fileno=self._listen_fd)
@@ -359,6 +462,85 @@ class Shard:
         )
         self._ready = True
 
+    # The cluster: node RPC, the controller group, Raft messages ---------------------------
+
+    def _start_node_rpc(self) -> None:
+        config = self.config
+        peers = dict(config.seed_nodes)
+        self._node_mesh = NodeMesh(
+            config.node_id, self.shard_id, self.loop, self._on_node_message,
+            (config.rpc_host, config.rpc_port), peers=peers, local=self._mesh,
+            on_unreachable=self._on_unreachable, listening_fd=self._rpc_fd)
+        self._router = Router(self, self._node_mesh, self._arenas,
+                              expires=self._node_mesh.is_remote)
+        assert self.raft is not None
+        self.raft.bind(self._router, self._node_mesh, self._shards_of, self._topic_id)
+
+    def _shards_of(self, node: int) -> int:
+        if node == self.config.node_id:
+            return self.shards
+        info = self._cluster_nodes.get(node)
+        return info.shards if info is not None else 1
+
+    def _topic_id(self, topic: str) -> bytes | None:
+        info = self._table.topics.get(topic)
+        return info.topic_id if info is not None else None
+
+    def _start_cluster_controller(self) -> Any:
+        config = self.config
+        host, port = config.advertise
+        me = NodeInfo(config.node_id, host, port, config.rpc_host, config.rpc_port,
+                      self.shards, self.settings.partitions_max)
+        assert self.raft is not None
+        controller = ClusterController.start(
+            self.settings, me, tuple(sorted(config.seed_nodes)), _ControllerHost(self),
+            self.raft.hard_states, config.raft_election_ticks, 1, config.default_replicas)
+        actor = actor_of(controller)
+        assert isinstance(actor, ClusterController)
+        self._controller_actor = actor
+        self.raft.register(*CONTROLLER_GROUP, actor.tick)
+        return controller
+
+    def _on_node_message(self, source: Any, header: Any, frames: list[Any]) -> None:
+        assert self._router is not None
+        self._router.on_message(source, header, frames)
+
+    def _on_unreachable(self, address: Any) -> None:
+        """Node RPC gave up on a send to `address`: the groups with a replica there probe it
+        again later (Raft's MsgUnreachable)."""
+        node, shard = address
+        for (topic, index), ref in list(self._partitions.items()):
+            info = self._table.topics.get(topic)
+            if isinstance(info, PlacedTopic) and address in info.replicas[index]:
+                ref.tell(RaftUnreachable(address))
+
+    def raft_receive(self, topic: str, index: int, messages: list[Any]) -> None:
+        if (topic, index) == CONTROLLER_GROUP:
+            target = self._controller if self.shard_id == 0 else None
+        else:
+            target = self._partitions.get((topic, index))
+        if target is not None:  # else not started here yet: Raft sends again
+            send_to(target, RaftReceive(messages))
+
+    def leaders_heard(self, updates: list[Any]) -> None:
+        if self.raft is not None:
+            self.raft.heard(updates)
+            self._offsets_leadership_changed()
+
+    def cluster_changed(self, controller_leader: int | None, nodes: dict[int, NodeInfo]) -> None:
+        """Shard 0's controller says who leads it and which nodes are registered."""
+        self._controller_leader = controller_leader
+        if nodes != self._cluster_nodes:
+            self._cluster_nodes = dict(nodes)
+            if self._node_mesh is not None:
+                peers = dict(self.config.seed_nodes)
+                peers.update({n: (i.rpc_host, i.rpc_port) for n, i in nodes.items()
+                              if n not in peers})
+                self._node_mesh.set_peers(peers)
+
+    def _offsets_leadership_changed(self) -> None:
+        """Tell the group coordinator which `__consumer_offsets` partitions it owns now."""
+
     def snapshot(self) -> dict[str, Any]:
         """What this shard reports to the supervisor's admin server (shards/stats.py)."""
         router = self._router
@@ -389,7 +571,24 @@ class Shard:
             "disk_free_bytes": self.disk_space.free_bytes,
             "disk_alert": int(self.disk_space.alert),
             "metrics": None if self.metrics is None else self.metrics.snapshot(),
+            **self._cluster_snapshot(),
         }
+
+    def _cluster_snapshot(self) -> dict[str, Any]:
+        if not self.cluster:
+            return {}
+        raft = []
+        for ref in self._partitions.values():
+            status = _raft_status(ref)
+            if status is not None:
+                raft.append(status)
+        extra: dict[str, Any] = {"raft": raft}
+        if self.shard_id == 0 and self._controller is not None:
+            extra["controller"] = {"leader": self.controller_id(),
+                                   "nodes": sorted(self._cluster_nodes)}
+        if self._node_mesh is not None:
+            extra["node_rpc"] = self._node_mesh.snapshot()
+        return extra
 
     def _failure_probes(self, request: dict[str, Any]) -> dict[str, Any]:
         """The admin API's /v1/failure-probes, on this shard (shards/stats.py): set or clear
@@ -428,9 +627,9 @@ class Shard:
 
     def _pipe_backlog_bytes(self) -> int:
         mesh = self._mesh
-        if mesh is None:
-            return 0
-        return sum(mesh.writer(t).backlog_bytes for t in range(self.shards) if t != self.shard_id)
+        pipes = 0 if mesh is None else sum(
+            mesh.writer(t).backlog_bytes for t in range(self.shards) if t != self.shard_id)
+        return pipes + (self._node_mesh.backlog_bytes if self._node_mesh is not None else 0)
 
     def _accept(self) -> None:
         assert self._listener is not None
@@ -505,13 +704,76 @@ class Shard:
             self._io.shutdown()
             self._read_io.shutdown()
             self._clean_io.shutdown()
+            if self.raft is not None:
+                self.raft.close()
             if self._router is not None:
                 self._router.close()
+            if self._node_mesh is not None:
+                self._node_mesh.close()
             if self._mesh is not None:
                 self._mesh.close()
             self.loop.close()
         log.info("shard %d stopped", self.shard_id)
 
+
+class _ControllerHost:
+    """What shard 0 gives the cluster controller (actors/cluster_controller.py)."""
+
+    def __init__(self, shard: Shard) -> None:
+        self.shard = shard
+
+    def publish(self, table: TopicTable, done: Callable[[], None]) -> None:
+        self.shard.publish_topics(table, done)
+
+    def nodes_changed(self, view: ClusterView) -> None:
+        shard = self.shard
+        controller = shard._controller_actor.leader_node  # noqa: SLF001
+        shard.cluster_changed(controller, dict(view.nodes))
+        if shard._router is not None:  # noqa: SLF001
+            for peer in shard._router.peers():  # noqa: SLF001
+                cluster_info.send(shard._router, peer, controller, view.nodes)  # noqa: SLF001
+
+    def forward(self, leader_node: int, message: Any) -> None:
+        shard = self.shard
+        assert shard._router is not None and shard._node_mesh is not None  # noqa: SLF001
+        RemoteController(shard._router, shard._node_mesh.address(leader_node, 0)).tell(message)  # noqa: SLF001
+
+    def send_raft(self, messages: list[Any]) -> None:
+        assert self.shard.raft is not None
+        self.shard.raft.send(*CONTROLLER_GROUP, messages)
+
+    def run_blocking(self, fn: Callable[[], Any],
+                     done: Callable[[Any, BaseException | None], None]) -> None:
+        self.shard.run_blocking(fn, done)
+
+    def schedule(self, fn: Callable[[], None]) -> None:
+        self.shard.loop.call_soon(fn)
+
+    def later(self, delay_s: float, fn: Callable[[], None]) -> Any:
+        return self.shard.loop.call_later(delay_s, fn)
+
+    def live_nodes(self) -> set[int]:
+        return set(self.shard._cluster_nodes)  # noqa: SLF001
+
+
+def _raft_status(ref: Any) -> list[Any] | None:
+    """A partition actor's Raft status, read on the loop (its state is not shared)."""
+    actor = actor_of(ref)
+    return None if actor is None else actor.raft_status()  # type: ignore[attr-defined]
+
+
+class _NotHosted:
+    """Stands in for a partition of a cluster's topic with no replica on this node: every
+    message is answered NOT_LEADER_OR_FOLLOWER (the client asks Metadata for its leader)."""
+
+    def tell(self, message: Any) -> None:
+        refuse(message, ErrorCode.NOT_LEADER_OR_FOLLOWER)
+
+    def __repr__(self) -> str:
+        return "NOT_HOSTED"
+
+
+NOT_HOSTED = _NotHosted()
 
 TRASH_SUFFIX = "-delete"
 
@@ -526,6 +788,15 @@ def _move_to_trash(directory: Path) -> Path:
     except FileNotFoundError:
         pass
     return trash
+
+
+def _cluster_id(config: NodeConfig) -> str:
+    """A node of its own: the id made when its data directory was new. A cluster's: derived
+    from its seeds (every node has the same list), so every node reports the same id."""
+    if not config.seed_nodes:
+        return load_cluster_id(config.data_dir)
+    seeds = ",".join(f"{n}@{h}:{p}" for n, (h, p) in sorted(config.seed_nodes.items()))
+    return str(uuid.uuid5(uuid.NAMESPACE_URL, "krill-cluster:" + seeds))
 
 
 def _reader_advertised(config: NodeConfig) -> str:
@@ -579,6 +850,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--arena-fds", default="", help="memfds of every shard's arena, in order")
     parser.add_argument("--listen-fd", type=int, help="the Kafka listening socket to accept on")
     parser.add_argument("--reader-fd", type=int, help="the Spark reader's listening socket")
+    parser.add_argument("--rpc-fd", type=int, help="the node RPC socket (a cluster's node)")
     args = parser.parse_args(argv)
     config = NodeConfig.from_json(args.config_json)
     setup_logging(config.log_level, args.shard)
@@ -590,7 +862,7 @@ def main(argv: list[str] | None = None) -> int:
         arena_fds = [int(fd) for fd in args.arena_fds.split(",")] if args.arena_fds else None
         shard = Shard(
             config, args.shard, args.shards, args.run_dir, arena_fds, args.listen_fd,
-            args.reader_fd,
+            args.reader_fd, args.rpc_fd,
         )
         shard.run()
     except OSError as e:

@@ -138,7 +138,7 @@ def _response(
     for name, topic_id in wanted:
         info = table.topics.get(name) if name is not None else None
         if info is not None:
-            topics.append(_topic(info, node, operations.topic))
+            topics.append(_topic(info, node, operations.topic, ctx.services))
         elif name is None:
             topics.append(
                 MetadataResponseTopic(
@@ -166,37 +166,39 @@ def _response(
     return MetadataResponse(
         throttle_time_ms=0,
         brokers=[
-            MetadataResponseBroker(
-                node_id=node,
-                host=settings.advertised_host,
-                port=settings.advertised_port,
-                rack=None,
-            )
+            MetadataResponseBroker(node_id=broker, host=host, port=port, rack=rack)
+            for broker, host, port, rack in ctx.services.brokers()
         ],
         cluster_id=settings.cluster_id,
-        controller_id=node,
+        controller_id=ctx.services.controller_id(),
         topics=topics,
         cluster_authorized_operations=operations.cluster,
     )
 
 
-def _topic(info: TopicInfo, node: int, operations: int) -> MetadataResponseTopic:
+def _partition(services: Any, topic: str, index: int, node: int) -> MetadataResponsePartition:
+    """A partition's leader, epoch, replicas and in-sync replicas: on a node of its own, this
+    node at epoch 0; in a cluster, as this node last heard (LEADER_NOT_AVAILABLE while no
+    leader is known: an election is on)."""
+    leader = services.partition_leader(topic, index)
+    if leader is None:
+        return MetadataResponsePartition(
+            error_code=ErrorCode.NONE, partition_index=index, leader_id=node, leader_epoch=0,
+            replica_nodes=[node], isr_nodes=[node], offline_replicas=[])
+    leader_id, epoch, replicas, isr = leader
+    return MetadataResponsePartition(
+        error_code=ErrorCode.NONE if leader_id >= 0 else ErrorCode.LEADER_NOT_AVAILABLE,
+        partition_index=index, leader_id=leader_id, leader_epoch=epoch,
+        replica_nodes=replicas, isr_nodes=isr, offline_replicas=[])
+
+
+def _topic(info: TopicInfo, node: int, operations: int, services: Any) -> MetadataResponseTopic:
     return MetadataResponseTopic(
         error_code=ErrorCode.NONE,
         name=info.name,
         topic_id=info.topic_id,
         is_internal=info.internal,
-        partitions=[
-            MetadataResponsePartition(
-                error_code=ErrorCode.NONE,
-                partition_index=index,
-                leader_id=node,
-                leader_epoch=0,
-                replica_nodes=[node],
-                isr_nodes=[node],
-                offline_replicas=[],
-            )
-            for index in range(info.partitions)
-        ],
+        partitions=[_partition(services, info.name, index, node)
+                    for index in range(info.partitions)],
         topic_authorized_operations=operations,
     )

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from actors.group import OFFSETS_TOPIC
 from actors.group.messages import EnsureReady
 from actors.handlers.group_common import tell_coordinator
 from actors.handlers.join import Join
@@ -44,20 +45,18 @@ def handle(ctx: Any, request: FindCoordinatorRequest) -> None:
     batched = ctx.version >= 4
     keys = list(request.coordinator_keys) if batched else [request.key]
     key_type = request.key_type if ctx.version >= 1 else _GROUP_KEY
-    settings = ctx.services.settings
+    services = ctx.services
 
     def done(errors: list[ErrorCode]) -> None:
-        coordinators = [
-            Coordinator(
-                key=key,
-                node_id=settings.node_id if error == ErrorCode.NONE else -1,
-                host=settings.advertised_host if error == ErrorCode.NONE else "",
-                port=settings.advertised_port if error == ErrorCode.NONE else -1,
-                error_code=error,
-                error_message=_message(error),
-            )
-            for key, error in zip(keys, errors, strict=True)
-        ]
+        coordinators = []
+        for key, error in zip(keys, errors, strict=True):
+            found = services.coordinator_node(key) if error == ErrorCode.NONE else None
+            if found is None and error == ErrorCode.NONE:
+                error = ErrorCode.COORDINATOR_NOT_AVAILABLE  # an election is on
+            node_id, host, port = found if found is not None else (-1, "", -1)
+            coordinators.append(Coordinator(
+                key=key, node_id=node_id, host=host, port=port, error_code=error,
+                error_message=_message(error)))
         if batched:
             ctx.respond(FindCoordinatorResponse(throttle_time_ms=0, coordinators=coordinators))
             return
@@ -79,6 +78,8 @@ def handle(ctx: Any, request: FindCoordinatorRequest) -> None:
             join.fill(index, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
         elif key_type != _GROUP_KEY:
             join.fill(index, ErrorCode.INVALID_REQUEST)
+        elif services.cluster and OFFSETS_TOPIC in services.topics().topics:
+            join.fill(index, ErrorCode.NONE)  # its leader coordinates (done, above)
         elif not tell_coordinator(ctx, key, EnsureReady(join.slot(index))):
             join.fill(index, ErrorCode.COORDINATOR_NOT_AVAILABLE)
 

@@ -12,6 +12,9 @@ answers, each holding its typed header, its send side and its serve side.
     topics          the topic table, from shard 0 to every other shard
     segments        forget removed segment files (and the fd cache they are kept in)
     group           a GroupCoordinator's messages, in the pipe codec's generic form
+    raft            a Raft group's messages to a replica on another shard or node
+    leaders         who leads which partition, to every shard of the cluster
+    cluster_info    the registered nodes and the controller's leader, from shard 0
 
 The Router (shards/router.py) only carries them: request ids, pending replies, batching per
 loop turn. The stand-ins (shards/remote.py) find a partition message's send side here, so a
@@ -35,13 +38,16 @@ from actors.partition import (
     Read,
 )
 from shards.calls import (
+    cluster_info,
     controller,
     delete_records,
     epoch_end,
     group,
     info,
+    leaders,
     list_offset,
     produce,
+    raft,
     read,
     segments,
     topics,
@@ -75,6 +81,9 @@ SERVE: dict[int, Serve] = _by_kind(
     (topics.KIND, topics.serve),
     (segments.KIND, segments.serve),
     (group.KIND, group.serve),
+    (raft.KIND, raft.serve),
+    (leaders.KIND, leaders.serve),
+    (cluster_info.KIND, cluster_info.serve),
 )
 
 

@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from actors.cluster.commands import NodeInfo
+from actors.cluster_controller import ProducerIdBlockFor, RegisterSelf
 from actors.controller import (
     AllocateProducerId,
     AlterTopicConfigs,
@@ -22,9 +24,10 @@ from actors.controller import (
     DeleteTopics,
     TopicResult,
     TopicSpec,
+    topic_names_of,
 )
 from actors.topic_config import Operation
-from shards.calls.base import Address, Request
+from shards.calls.base import UNREACHABLE, Address, Request
 from shards.calls.topics import info_from_wire, info_to_wire
 from wire.errors import ErrorCode
 
@@ -102,6 +105,28 @@ class AlterConfigsCall(NamedTuple):
         return AlterTopicConfigs(self.changes, self.replace, self.validate_only, reply)
 
 
+class RegisterNodeCall(NamedTuple):
+    info: list[Any]  # NodeInfo's fields
+
+    @classmethod
+    def from_wire(cls, body: list[Any]) -> RegisterNodeCall:
+        return cls(list(body[0]))
+
+    def message(self, reply: Callable[[ErrorCode], None]) -> RegisterSelf:
+        return RegisterSelf(NodeInfo(*self.info), reply)
+
+
+class ProducerIdBlockCall(NamedTuple):
+    node: int
+
+    @classmethod
+    def from_wire(cls, body: list[Any]) -> ProducerIdBlockCall:
+        return cls(int(body[0]))
+
+    def message(self, reply: Callable[[ErrorCode], None]) -> ProducerIdBlockFor:
+        return ProducerIdBlockFor(self.node, reply)
+
+
 class ProducerIdCall(NamedTuple):
     @classmethod
     def from_wire(cls, _body: list[Any]) -> ProducerIdCall:
@@ -114,6 +139,7 @@ class ProducerIdCall(NamedTuple):
 # The op on the wire is the header's place here: append, never reorder.
 _HEADERS: tuple[Any, ...] = (
     CreateTopicsCall, DeleteTopicsCall, CreatePartitionsCall, AlterConfigsCall, ProducerIdCall,
+    RegisterNodeCall, ProducerIdBlockCall,
 )
 _HEADER_OF: dict[type, Any] = {
     CreateTopics: CreateTopicsCall,
@@ -121,7 +147,11 @@ _HEADER_OF: dict[type, Any] = {
     CreatePartitions: CreatePartitionsCall,
     AlterTopicConfigs: AlterConfigsCall,
     AllocateProducerId: ProducerIdCall,
+    RegisterSelf: RegisterNodeCall,
+    ProducerIdBlockFor: ProducerIdBlockCall,
 }
+# The calls answered with an error code alone.
+_ANSWERED_WITH_ERROR = (RegisterSelf, ProducerIdBlockFor)
 
 
 class ControllerCall(NamedTuple):
@@ -150,8 +180,19 @@ def send(router: Router, to: Address, message: Any) -> None:
     reply = message.reply
 
     def on_reply(body: Any, _frames: list[Any]) -> None:
+        if body is UNREACHABLE:  # another node's controller, gone or too slow
+            if isinstance(message, _ANSWERED_WITH_ERROR):
+                reply(ErrorCode.REQUEST_TIMED_OUT)
+            elif isinstance(message, AllocateProducerId):
+                reply(-1)
+            else:
+                reply([TopicResult(name or "", ErrorCode.REQUEST_TIMED_OUT,
+                                   "the controller did not answer") for name in topic_names_of(message)])
+            return
         value = ControllerAnswer._make(body).value
-        if isinstance(message, AllocateProducerId):
+        if isinstance(message, _ANSWERED_WITH_ERROR):
+            reply(ErrorCode(value))
+        elif isinstance(message, AllocateProducerId):
             reply(value)
         else:
             reply([_result_from_wire(r) for r in value])
@@ -165,7 +206,7 @@ def serve(request: Request, body: Any, _frames: list[Any]) -> None:
     header = _HEADERS[call.op].from_wire(call.header)
 
     def reply(value: list[TopicResult] | int) -> None:
-        wire = value if isinstance(value, int) else [_result_to_wire(r) for r in value]
+        wire = int(value) if isinstance(value, int) else [_result_to_wire(r) for r in value]
         request.answer(ControllerAnswer(wire))
 
     request.router.shard.controller().tell(header.message(reply))

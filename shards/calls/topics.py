@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import msgpack
 
+from actors.cluster.commands import replicas_from_wire, replicas_to_wire
+from actors.cluster.state import PlacedTopic
 from actors.services import TopicInfo, TopicTable
 from shards.calls.base import Request
 
@@ -39,11 +41,19 @@ class TopicsAnswer(NamedTuple):
 
 
 def info_to_wire(t: TopicInfo) -> list[Any]:
-    return [t.name, t.topic_id, t.partitions, t.configs, t.internal]
+    """A topic's fields; a cluster's topic (PlacedTopic) adds every partition's replicas."""
+    value = [t.name, t.topic_id, t.partitions, t.configs, t.internal]
+    if isinstance(t, PlacedTopic):
+        value.append([replicas_to_wire(r) for r in t.replicas])
+    return value
 
 
 def info_from_wire(value: list[Any]) -> TopicInfo:
-    name, topic_id, partitions, configs, internal = value
+    name, topic_id, partitions, configs, internal = value[:5]
+    if len(value) > 5:
+        replicas = tuple(replicas_from_wire(r) for r in value[5])
+        return PlacedTopic(name, bytes(topic_id), partitions, dict(configs), internal,
+                           replicas)
     return TopicInfo(name, bytes(topic_id), partitions, dict(configs), internal)
 
 

@@ -57,11 +57,14 @@ class Node:
     def replica_log(self) -> DiskLog:
         return self.log
 
-    def appended(self, last_offset: int) -> None:
+    def appended(self, last_offset: int, headers: Any = None) -> None:
         self.flush()
 
     def log_rewritten(self) -> None:
         pass
+
+    def cut_complete(self) -> None:
+        self.flush()
 
     def committed(self, high_watermark: int) -> None:
         self.high_watermark = high_watermark

@@ -1,0 +1,640 @@
+"""The ClusterController actor: the cluster's metadata as a Raft group over the seed nodes.
+
+A node started with `seeds` runs this on shard 0 instead of actors/controller.py (a node of
+its own keeps that one: a topic table in a JSON file). Every seed node holds a replica of the
+controller group (DESIGN.md §7), whose log is a partition log of its own under
+`<data_dir>/_krill/controller/`: each record's value is one command (actors/cluster/
+commands.py), and every node applies the committed records in order to its `ClusterState`
+(actors/cluster/state.py), so every node holds the same topics, replicas and nodes.
+
+    request (CreateTopics, ...)     any node's shards -> its shard 0 -> here
+       not the leader               forwarded to the leader's controller (shards/calls/
+                                    controller.py over node RPC); its answer passed back once
+                                    this node has applied what it changed
+       the leader                   checked against the state (actors/cluster/proposals.py:
+                                    placement of every replica), one batch of commands appended
+                                    and proposed; answered as each command applies
+    committed (Raft)                applied in log order on every node: the new `TopicTable`
+                                    (of `PlacedTopic`s) is published to this node's shards,
+                                    which start and stop replicas to match
+
+Each node registers itself (`RegisterNode`: its Kafka address, RPC address, shards) once a
+leader is known and again whenever what the state holds differs from its own; Metadata lists
+the registered nodes. Producer ids come in blocks a node is given through the log
+(`AllocateProducerIdBlock`), so any node hands ids out alone and never twice.
+
+Reads of the controller log (applying committed records, sending appends to followers) are
+plain reads on the loop: the log is small (topics and nodes, not data), written moments
+before, and in the page cache.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import random
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from pykka import ActorDeadError
+
+from actors import limits
+from actors.cluster.commands import (
+    AllocateProducerIdBlock,
+    Command,
+    CommandError,
+    NodeInfo,
+    RegisterNode,
+    decode,
+    encode,
+)
+from actors.cluster.commands import AlterTopicConfigs as AlterTopicConfigsCommand
+from actors.cluster.proposals import (
+    propose_create_partitions,
+    propose_create_topic,
+    propose_delete_topic,
+)
+from actors.cluster.state import Applied, ClusterState, ClusterView
+from actors.controller import (
+    AllocateProducerId,
+    AlterTopicConfigs,
+    CreatePartitions,
+    CreateTopics,
+    DeleteTopics,
+    TopicResult,
+    metadata_dir,
+    topic_names_of,
+)
+from actors.group import OFFSETS_TOPIC
+from actors.hard_state import HardStateStore
+from actors.partition_messages import RaftReceive, RaftUnreachable
+from actors.partition_replication import log_state
+from actors.raft import Config, Message, RaftMachine, Role, SoftState
+from actors.replica import Replica, log_batch_reader
+from actors.runtime import LoopActor
+from actors.services import BrokerSettings, TopicTable, now_ms
+from storage import DiskLog
+from storage.log import Log
+from wire.errors import ErrorCode
+from wire.record_batch import BatchHeader, iter_batches
+from wire.records import build_batch, decode_batch
+
+__all__ = ["ClusterController", "ControllerHost", "RegisterSelf"]
+
+log = logging.getLogger(__name__)
+
+Address = tuple[int, int]
+GROUP = "controller"
+# How long a forwarded answer waits for this node to apply what the leader applied.
+_CATCH_UP_S = 2.0
+_CATCH_UP_STEP_S = 0.02
+# How often a node looks whether it must register (again), and asks for producer ids.
+_REGISTER_EVERY_S = 0.5
+
+
+class RegisterSelf(NamedTuple):
+    """A node's registration, forwarded to the leader; replies the error code."""
+
+    info: NodeInfo
+    reply: Callable[[ErrorCode], None]
+
+
+class ProducerIdBlockFor(NamedTuple):
+    """Ask the leader to give `node` a block of producer ids; replies the error code."""
+
+    node: int
+    reply: Callable[[ErrorCode], None]
+
+
+class _Tick(NamedTuple):
+    pass
+
+
+class _RegisterTick(NamedTuple):
+    pass
+
+
+class _Flushed(NamedTuple):
+    ticket: Any
+    term: int | None
+    error: BaseException | None
+
+
+class ControllerHost:
+    """What the shard gives the controller (shards/shard.py)."""
+
+    def publish(self, table: TopicTable, done: Callable[[], None]) -> None: ...
+    def nodes_changed(self, view: ClusterView) -> None: ...
+    def forward(self, leader_node: int, message: Any) -> None: ...
+    def send_raft(self, messages: list[Message]) -> None: ...
+    def run_blocking(self, fn: Callable[[], Any],
+                     done: Callable[[Any, BaseException | None], None]) -> None: ...
+    def schedule(self, fn: Callable[[], None]) -> None: ...
+    def later(self, delay_s: float, fn: Callable[[], None]) -> Any: ...
+    def live_nodes(self) -> set[int]: ...
+
+
+class ClusterController(LoopActor):
+    def __init__(self, settings: BrokerSettings, me: NodeInfo, seeds: tuple[int, ...],
+                 host: ControllerHost, hard_states: HardStateStore, election_ticks: int,
+                 heartbeat_ticks: int, default_replicas: int) -> None:
+        super().__init__()
+        self.settings = settings
+        self.me = me
+        self.seeds = seeds
+        self.host = host
+        self._hard_states = hard_states
+        self._election_ticks = election_ticks
+        self._heartbeat_ticks = heartbeat_ticks
+        self.default_replicas = default_replicas
+        self.state = ClusterState()
+        self._log: DiskLog | None = None
+        self._replica: Replica | None = None
+        self._applied = 0  # the end offset applied
+        self._flushing = False
+        self._waiters: dict[int, Callable[[Applied], None]] = {}  # offset -> its answer
+        self._waiting: collections.deque[Any] = collections.deque()  # before a leader is known
+        self._producer_ids: collections.deque[tuple[int, int]] = collections.deque()
+        self._producer_id_waiters: collections.deque[AllocateProducerId] = collections.deque()
+        self._asking_block = False
+        self._registering = False
+        self._timer: Any = None
+        self._handlers: dict[type, Callable[[Any], None]] = {
+            CreateTopics: self._create_topics,
+            DeleteTopics: self._delete_topics,
+            CreatePartitions: self._create_partitions,
+            AlterTopicConfigs: self._alter_configs,
+            AllocateProducerId: self._allocate_producer_id,
+            RegisterSelf: self._register_self,
+            ProducerIdBlockFor: self._block_for,
+            RaftReceive: self._raft_receive,
+            RaftUnreachable: lambda m: self._replica and self._replica.unreachable(m.peer),
+            _Tick: self._tick,
+            _RegisterTick: self._register_tick,
+            _Flushed: self._flushed,
+        }
+
+    def __str__(self) -> str:
+        return f"ClusterController(node {self.me.node})"
+
+    # Lifecycle ----------------------------------------------------------------------------
+
+    def on_start(self) -> None:
+        directory = Path(metadata_dir(self.settings.data_dir)) / "controller"
+        self._log = DiskLog.open(directory)
+        self._log.serve()
+        log_ = self._log
+        address = (self.me.node, 0)
+        peers = tuple((node, 0) for node in self.seeds)
+        machine = RaftMachine(
+            Config(address, peers, election_ticks=self._election_ticks,
+                   heartbeat_ticks=self._heartbeat_ticks),
+            random.Random(), hard_state=self._hard_states.get(GROUP), log=log_state(log_),
+            committed=log_.log_start_offset - 1, batch_reader=log_batch_reader(log_))
+        self._replica = Replica(GROUP, machine, self, self._hard_states, self.host.schedule)
+        self._schedule_register()
+
+    def on_stop(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        if self._replica is not None:
+            self._replica.close()
+        for reply in self._waiters.values():
+            reply(Applied(ErrorCode.REQUEST_TIMED_OUT, "the controller stopped"))
+        self._waiters.clear()
+        if self._log is not None and not self._flushing:
+            self._log.close()
+            self._log = None
+
+    def on_receive(self, message: Any) -> Any:
+        handler = self._handlers.get(type(message))
+        if handler is None:
+            return super().on_receive(message)
+        return handler(message)
+
+    def tick(self) -> None:
+        """The shard's Raft ticker (a call on the loop, not a message)."""
+        if self._replica is not None and not self._replica.closed:
+            self._replica.tick()
+
+    def _tick(self, _m: _Tick) -> None:
+        self.tick()
+
+    # What the shard asks ---------------------------------------------------------------------
+
+    @property
+    def leader_node(self) -> int | None:
+        if self._replica is None:
+            return None
+        leader = self._replica.machine.leader
+        return leader[0] if isinstance(leader, tuple) else None
+
+    def is_leader(self) -> bool:
+        return self._replica is not None and self._replica.machine.role == Role.Leader
+
+    def view(self) -> ClusterView:
+        return self.state.view()
+
+    def status(self) -> dict[str, Any]:
+        machine = self._replica.machine if self._replica is not None else None
+        return {
+            "leader": -1 if self.leader_node is None else self.leader_node,
+            "term": machine.term if machine is not None else 0,
+            "role": machine.role.name.lower() if machine is not None else "follower",
+            "applied": self._applied,
+            "nodes": sorted(self.state.view().nodes),
+        }
+
+    # Raft (ReplicaHost) -----------------------------------------------------------------------
+
+    def _raft_receive(self, m: RaftReceive) -> None:
+        if self._replica is not None and not self._replica.closed:
+            for message in m.messages:
+                self._replica.receive(message)
+
+    def replica_log(self) -> Log:
+        assert self._log is not None
+        return self._log
+
+    def appended(self, last_offset: int, headers: list[BatchHeader]) -> None:
+        self._flush()
+
+    def log_rewritten(self) -> None:
+        pass  # only what is not committed is ever cut, and only committed records are applied
+
+    def cut_complete(self) -> None:
+        self._flush()
+
+    def committed(self, high_watermark: int) -> None:
+        self._apply_to(high_watermark)
+
+    def role_changed(self, soft: SoftState, term: int) -> None:
+        leader = soft.leader[0] if isinstance(soft.leader, tuple) else None
+        log.info("controller: node %s leads in term %d", leader, term)
+        if soft.role != Role.Leader:
+            for reply in self._waiters.values():
+                reply(Applied(ErrorCode.REQUEST_TIMED_OUT, "the controller lost its leadership"))
+            self._waiters.clear()
+        if leader is not None:
+            waiting, self._waiting = self._waiting, collections.deque()
+            for message in waiting:
+                self._handlers[type(message)](message)
+        self.host.nodes_changed(self.state.view())
+
+    def send(self, messages: list[Message]) -> None:
+        self.host.send_raft(messages)
+
+    def run_io(self, fn: Callable[[], Any],
+               done: Callable[[Any, BaseException | None], None]) -> None:
+        self.host.run_blocking(fn, done)
+
+    def now_ms(self) -> int:
+        return now_ms()
+
+    def leader_change_ids(self) -> tuple[int, list[int]]:
+        return self.me.node, list(self.seeds)
+
+    def _flush(self) -> None:
+        log_ = self._log
+        if self._flushing or log_ is None or log_.cut_pending:
+            return
+        ticket = log_.flush_prepare()
+        if ticket is None:
+            return
+        self._flushing = True
+        term = log_.term_at(ticket.offset - 1)
+        ref = self.actor_ref
+
+        def done(_result: Any, error: BaseException | None) -> None:
+            try:
+                ref.tell(_Flushed(ticket, term, error))
+            except ActorDeadError:
+                if self._log is not None:
+                    self._log.close()
+                    self._log = None
+
+        self.host.run_blocking(ticket.run, done)
+
+    def _flushed(self, m: _Flushed) -> None:
+        self._flushing = False
+        log_ = self._log
+        if log_ is None:
+            return
+        if m.error is not None:
+            log.critical("controller log fdatasync failed: %r; stopping the node", m.error)
+            raise SystemExit(1)  # the node stops: the controller log's durability is unknown
+        log_.flush_complete(m.ticket)
+        if m.term is not None and self._replica is not None:
+            self._replica.flushed(log_.flushed_offset - 1, m.term)
+        if log_.written_offset > log_.flushed_offset:
+            self._flush()
+
+    # Applying ------------------------------------------------------------------------------------
+
+    def _apply_to(self, high_watermark: int) -> None:
+        log_ = self._log
+        if log_ is None or high_watermark <= self._applied:
+            return
+        before = self.state.view()
+        while self._applied < high_watermark:
+            data = log_.read_bytes(self._applied, 1 << 20, high_watermark)
+            if not data:
+                break
+            for header in iter_batches(bytearray(data), check_crc=False):
+                self._apply_batch(data, header)
+                self._applied = header.last_offset + 1
+        after = self.state.view()
+        if after.table is not before.table:
+            self.host.publish(after.table, lambda: None)
+        if after.nodes != before.nodes:
+            self.host.nodes_changed(after)
+        self._grant_producer_ids()
+
+    def _apply_batch(self, data: bytes, header: BatchHeader) -> None:
+        if header.is_control:
+            for offset in range(header.base_offset, header.last_offset + 1):
+                self.state.skip(offset)
+            return
+        batch = memoryview(data)[header.position:header.position + header.size]
+        _, records = decode_batch(batch, check_crc=False)
+        for record in records:
+            offset = record.offset
+            try:
+                command = decode(record.value or b"")
+            except CommandError as e:
+                log.error("controller: record at %d is not a command (%s); skipped", offset, e)
+                self.state.skip(offset)
+                continue
+            result = self.state.apply(command, offset)
+            if result.block is not None and result.block.node == self.me.node:
+                self._producer_ids.append(
+                    (result.block.start, result.block.start + result.block.size))
+            waiter = self._waiters.pop(offset, None)
+            if waiter is not None:
+                waiter(result)
+
+    # Proposing (the leader) ------------------------------------------------------------------------
+
+    def _propose(self, commands: list[Command], replies: list[Callable[[Applied], None]]) -> None:
+        """Append one batch of `commands` and propose it; each reply runs once its command is
+        applied (or the leadership is lost first)."""
+        replica, log_ = self._replica, self._log
+        assert replica is not None and log_ is not None
+        replica.before_append()
+        machine = replica.machine
+        if machine.role != Role.Leader or machine.transferee is not None or log_.cut_pending:
+            for reply in replies:
+                reply(Applied(ErrorCode.NOT_CONTROLLER, "not the controller now"))
+            return
+        batch = build_batch([(None, encode(c), []) for c in commands],
+                            base_timestamp=self.now_ms())
+        headers = iter_batches(batch, check_crc=False)
+        result = log_.append(batch, headers, machine.term, self.now_ms())
+        proposed = replica.propose(len(commands))
+        assert proposed is not None and proposed.base == result.base_offset, proposed
+        for i, reply in enumerate(replies):
+            self._waiters[result.base_offset + i] = reply
+        self._flush()
+
+    def _forward_or_wait(self, message: Any) -> bool:
+        """True if `message` was forwarded to the leader or queued until one is known."""
+        if self.is_leader():
+            return False
+        leader = self.leader_node
+        if leader is None:
+            if len(self._waiting) < limits.controller_requests_waiting_max:
+                self._waiting.append(message)
+            else:
+                _refuse(message, ErrorCode.NOT_CONTROLLER)
+            return True
+        self.host.forward(leader, _caught_up(self, message))
+        return True
+
+    def _live(self) -> set[int]:
+        return self.host.live_nodes()
+
+    def _create_topics(self, m: CreateTopics) -> None:
+        if self._forward_or_wait(m):
+            return
+        view = self.state.view()
+        commands: list[Command] = []
+        slots: list[int] = []
+        results: list[TopicResult | None] = []
+        names: set[str] = set()
+        for spec in m.specs:
+            if spec.name in names:
+                results.append(TopicResult(spec.name, ErrorCode.INVALID_REQUEST, "named twice"))
+                continue
+            names.add(spec.name)
+            factor = spec.replication_factor
+            default_factor = self.default_replicas
+            if spec.name == OFFSETS_TOPIC:
+                default_factor = min(3, len(view.nodes))
+            proposal = propose_create_topic(
+                view, spec.name, spec.partitions, factor, spec.assignments, spec.configs,
+                topic_id=uuid.uuid4().bytes, live=self._live(),
+                default_partitions=self.settings.default_partitions,
+                default_replication_factor=min(default_factor, max(1, len(view.nodes))),
+                start=random.randrange(1 << 16))
+            if isinstance(proposal, Applied):
+                results.append(TopicResult(spec.name, proposal.error, proposal.message))
+                continue
+            checked = self.state.check(proposal)
+            if checked.error != ErrorCode.NONE or m.validate_only:
+                results.append(TopicResult(spec.name, checked.error, checked.message,
+                                           checked.topic))
+                continue
+            slots.append(len(results))
+            results.append(None)
+            commands.append(proposal)
+        self._propose_for(commands, slots, results, m.reply)
+
+    def _propose_for(self, commands: list[Command], slots: list[int],
+                     results: list[TopicResult | None],
+                     reply: Callable[[list[TopicResult]], None]) -> None:
+        if not commands:
+            reply([r for r in results if r is not None])
+            return
+        left = len(commands)
+
+        def applied_at(slot: int, name: str) -> Callable[[Applied], None]:
+            def applied(a: Applied) -> None:
+                nonlocal left
+                results[slot] = TopicResult(name, a.error, a.message, a.topic)
+                left -= 1
+                if left == 0:
+                    reply([r for r in results if r is not None])
+            return applied
+
+        names = [getattr(c, "name", "") for c in commands]
+        self._propose(commands, [applied_at(s, n) for s, n in zip(slots, names, strict=True)])
+
+    def _delete_topics(self, m: DeleteTopics) -> None:
+        if self._forward_or_wait(m):
+            return
+        view = self.state.view()
+        commands: list[Command] = []
+        slots: list[int] = []
+        results: list[TopicResult | None] = []
+        for name, topic_id in zip(m.names, m.ids, strict=True):
+            proposal = propose_delete_topic(view, name, topic_id)
+            if isinstance(proposal, Applied):
+                results.append(TopicResult(name or "", proposal.error, proposal.message))
+                continue
+            slots.append(len(results))
+            results.append(None)
+            commands.append(proposal)
+        self._propose_for(commands, slots, results, m.reply)
+
+    def _create_partitions(self, m: CreatePartitions) -> None:
+        if self._forward_or_wait(m):
+            return
+        view = self.state.view()
+        commands: list[Command] = []
+        slots: list[int] = []
+        results: list[TopicResult | None] = []
+        for name, count in m.counts:
+            proposal = propose_create_partitions(view, name, count, None, live=self._live(),
+                                                 start=random.randrange(1 << 16))
+            if isinstance(proposal, Applied) or m.validate_only:
+                error = proposal if isinstance(proposal, Applied) else self.state.check(proposal)
+                results.append(TopicResult(name, error.error, error.message, error.topic))
+                continue
+            slots.append(len(results))
+            results.append(None)
+            commands.append(proposal)
+        self._propose_for(commands, slots, results, m.reply)
+
+    def _alter_configs(self, m: AlterTopicConfigs) -> None:
+        if self._forward_or_wait(m):
+            return
+        commands: list[Command] = []
+        slots: list[int] = []
+        results: list[TopicResult | None] = []
+        for name, operations in m.changes:
+            command = AlterTopicConfigsCommand(name, tuple(operations), m.replace)
+            checked = self.state.check(command)
+            if checked.error != ErrorCode.NONE or m.validate_only:
+                results.append(TopicResult(name, checked.error, checked.message, checked.topic))
+                continue
+            slots.append(len(results))
+            results.append(None)
+            commands.append(command)
+        self._propose_for(commands, slots, results, m.reply)
+
+    # Nodes and producer ids ---------------------------------------------------------------------
+
+    def _schedule_register(self) -> None:
+        self._timer = self.host.later(_REGISTER_EVERY_S, self._register_soon)
+
+    def _register_soon(self) -> None:
+        try:
+            self.actor_ref.tell(_RegisterTick())
+        except ActorDeadError:
+            return
+
+    def _register_self(self, m: RegisterSelf) -> None:
+        if self._forward_or_wait(m):
+            return
+        command = RegisterNode(m.info)
+        checked = self.state.check(command)
+        if checked.error != ErrorCode.NONE:
+            m.reply(checked.error)
+            return
+        self._propose([command], [lambda a: m.reply(a.error)])
+
+    def _register_tick(self, _m: Any) -> None:
+        self._schedule_register()
+        if self.leader_node is None or self._registering:
+            return
+        if self.state.view().nodes.get(self.me.node) == self.me:
+            return
+        self._registering = True
+
+        def registered(error: ErrorCode) -> None:
+            self._registering = False
+            if error != ErrorCode.NONE:
+                log.debug("registering node %d: %s", self.me.node, error.name)
+
+        self._register_self(RegisterSelf(self.me, registered))
+
+    def _block_for(self, m: ProducerIdBlockFor) -> None:
+        if self._forward_or_wait(m):
+            return
+        self._propose([AllocateProducerIdBlock(m.node)], [lambda a: m.reply(a.error)])
+
+    def _allocate_producer_id(self, m: AllocateProducerId) -> None:
+        if len(self._producer_id_waiters) >= limits.controller_requests_waiting_max:
+            m.reply(-1)
+            return
+        self._producer_id_waiters.append(m)
+        self._grant_producer_ids()
+
+    def _grant_producer_ids(self) -> None:
+        waiters, blocks = self._producer_id_waiters, self._producer_ids
+        while waiters and blocks:
+            start, end = blocks[0]
+            waiters.popleft().reply(start)
+            if start + 1 < end:
+                blocks[0] = (start + 1, end)
+            else:
+                blocks.popleft()
+        if not waiters or self._asking_block or self.leader_node is None:
+            return
+        self._asking_block = True
+
+        def given(error: ErrorCode) -> None:
+            self._asking_block = False
+            if error != ErrorCode.NONE:
+                for waiter in self._producer_id_waiters:
+                    waiter.reply(-1)
+                self._producer_id_waiters.clear()
+
+        self._block_for(ProducerIdBlockFor(self.me.node, given))
+
+
+
+def _refuse(message: Any, error: ErrorCode) -> None:
+    if isinstance(message, AllocateProducerId):
+        message.reply(-1)
+    elif isinstance(message, RegisterSelf | ProducerIdBlockFor):
+        message.reply(error)
+    else:
+        message.reply([TopicResult(name or "", error, "no controller leader yet")
+                       for name in topic_names_of(message)])
+
+
+def _caught_up(controller: ClusterController, message: Any) -> Any:
+    """`message` with its reply held until this node has applied what the leader's answer
+    names (a client told "created" then asks this node's Metadata), for at most
+    `_CATCH_UP_S`."""
+    if not isinstance(message, CreateTopics | DeleteTopics | CreatePartitions):
+        return message
+    reply = message.reply
+    deadline = time.monotonic() + _CATCH_UP_S
+
+    def settled(results: list[TopicResult]) -> bool:
+        topics = controller.state.view().table.topics
+        for r in results:
+            if r.error != ErrorCode.NONE:
+                continue
+            present = topics.get(r.name)
+            if isinstance(message, DeleteTopics):
+                if present is not None and r.info is not None \
+                        and present.topic_id == r.info.topic_id:
+                    return False
+            elif present is None or (r.info is not None
+                                     and present.partitions < r.info.partitions):
+                return False
+        return True
+
+    def answer(results: list[TopicResult]) -> None:
+        if settled(results) or time.monotonic() >= deadline:
+            reply(results)
+            return
+        controller.host.later(_CATCH_UP_STEP_S, lambda: answer(results))
+
+    return message._replace(reply=answer)

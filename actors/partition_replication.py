@@ -1,0 +1,268 @@
+"""A replicated partition's side of Raft: the `ReplicaHost` a Partition gives its `Replica`.
+
+A partition with more than one replica (a topic's replication factor, DESIGN.md §7) is one
+Raft group; its `Partition` actor keeps its log, its ack window and its producer table, and
+holds one `Replication` (as it holds a `LogLifecycle`), which owns the group's `Replica`
+(actors/replica.py: the pure machine and the I/O it asks for) and answers the partition's
+questions about its role:
+
+    leader       takes produces: `before_append`, append in the term's epoch, `proposed`;
+                 serves fetches, list offsets, epoch lookups; its high watermark is Raft's
+                 commit (the ack window in QUORUM mode: acks=all waits for it, acks=1 for its
+                 own flush)
+    follower     takes the leader's batches (`appended`: producer state, the ack window's
+                 written offset, a flush); refuses clients with NOT_LEADER_OR_FOLLOWER
+    any          every flush that returns is reported to the machine with the term of the
+                 last batch it covered when it began (`flushed`): a flush whose batches were
+                 cut meanwhile acknowledges nothing
+
+Stepping down, a leader answers the produces still waiting REQUEST_TIMED_OUT: whether they
+commit is the next leader's to decide, and an idempotent producer's retry is answered with its
+original offset if they did (producer state is kept on every replica, rebuilt after a cut).
+
+A new leader's high watermark may start behind its predecessor's, so until it has committed
+every entry its log held when it was elected (its no-op, or nothing), ListOffsets latest is
+answered OFFSET_NOT_AVAILABLE (KIP-207) rather than an offset that goes backwards.
+
+Everything here runs on the partition's loop, inside the partition's own message handling or
+its Replica's once-a-turn processing.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from actors.raft import Config, LogState, Message, RaftMachine, Role, SoftState
+from actors.replica import Replica, log_batch_reader
+from storage.log import Log
+from wire.errors import ErrorCode
+from wire.record_batch import BatchHeader
+
+if TYPE_CHECKING:
+    from actors.partition import Partition
+
+__all__ = ["RaftServices", "Replication", "group_name"]
+
+log = logging.getLogger(__name__)
+
+Address = tuple[int, int]  # a replica's home: (node, shard)
+
+
+def group_name(topic: str, index: int) -> str:
+    """A partition's Raft group in the shard's hard-state table ('/' is in no topic name)."""
+    return f"{topic}/{index}"
+
+
+class RaftServices:
+    """What the shard gives its replicated partitions (implemented in shards/raft_host.py)."""
+
+    address: Address  # this shard's (node, shard)
+    election_ticks: int
+    heartbeat_ticks: int
+    hard_states: Any  # actors.hard_state.HardStateStore
+
+    def send(self, topic: str, index: int, messages: list[Message]) -> None: ...
+    def register(self, topic: str, index: int, tick: Callable[[], None]) -> None: ...
+    def unregister(self, topic: str, index: int) -> None: ...
+    def schedule(self, fn: Callable[[], None]) -> None: ...
+    def leader_changed(self, topic: str, index: int, leader: Address | None, epoch: int,
+                       replicas: tuple[Address, ...]) -> None: ...
+
+
+def log_state(log_: Log) -> LogState:
+    """The log as a restarting machine sees it: start, the epoch cache, end."""
+    before = log_.epoch_before_start
+    return LogState(log_.log_start_offset, before or 0,
+                    tuple((start, epoch) for epoch, start in log_.epochs()),
+                    log_.next_offset - 1)
+
+
+class Replication:
+    def __init__(self, partition: Partition, replicas: tuple[Address, ...],
+                 raft: RaftServices) -> None:
+        self.partition = partition
+        self.replicas = replicas
+        self.raft = raft
+        self.group = group_name(partition.topic, partition.index)
+        self.replica: Replica | None = None
+        self._ready_at = 0  # a leader's log end when elected (KIP-207, module docstring)
+        self._commit_target = 0  # the high watermark Raft gave, maybe past what is written
+
+    # Lifecycle ----------------------------------------------------------------------------
+
+    def start(self, log_: Log) -> None:
+        raft = self.raft
+        config = Config(raft.address, self.replicas, election_ticks=raft.election_ticks,
+                        heartbeat_ticks=raft.heartbeat_ticks)
+        machine = RaftMachine(
+            config, random.Random(), hard_state=raft.hard_states.get(self.group),
+            log=log_state(log_), committed=log_.log_start_offset - 1,
+            batch_reader=log_batch_reader(log_))
+        self.replica = Replica(self.group, machine, self, raft.hard_states, raft.schedule)
+        p = self.partition
+        raft.register(p.topic, p.index, self.tick)
+
+    def stop(self) -> None:
+        """The partition stops (a shard stopping: hand leadership over if we lead)."""
+        p = self.partition
+        self.raft.unregister(p.topic, p.index)
+        if self.replica is not None:
+            self.replica.close()
+
+    def forget(self) -> None:
+        """The topic was deleted: its term and vote go from the shard's table."""
+        self.raft.hard_states.forget(self.group, lambda _error: None)
+
+    # Inputs from the shard ------------------------------------------------------------------
+
+    def tick(self) -> None:
+        if self.replica is not None and not self.replica.closed:
+            self.replica.tick()
+
+    def receive(self, messages: list[Message]) -> None:
+        replica = self.replica
+        if replica is None or replica.closed:
+            return
+        for m in messages:
+            replica.receive(m)
+
+    def unreachable(self, peer: Address) -> None:
+        if self.replica is not None and not self.replica.closed:
+            self.replica.unreachable(peer)
+
+    def transfer_leadership(self) -> bool:
+        """Hand leadership to the most caught-up follower (a clean shutdown); False if this
+        replica does not lead or there is nobody to hand it to."""
+        replica = self.replica
+        if replica is None or replica.machine.role != Role.Leader:
+            return False
+        status = replica.machine.status()
+        best = None
+        for peer in self.replicas:
+            if peer == self.raft.address:
+                continue
+            matched = _matched(status.progress.get(peer, ""))
+            if best is None or matched > best[0]:
+                best = (matched, peer)
+        if best is None:
+            return False
+        replica.transfer_leadership(best[1])
+        return True
+
+    # Questions the partition asks --------------------------------------------------------------
+
+    @property
+    def machine(self) -> RaftMachine:
+        assert self.replica is not None
+        return self.replica.machine
+
+    def is_leader(self) -> bool:
+        return self.replica is not None and self.machine.role == Role.Leader
+
+    def refuse_append(self) -> ErrorCode | None:
+        """Why this replica may not take a produce now, or None. Writes the machine already
+        placed in the log first (a new leader's no-op), so the produce takes the next offset."""
+        replica = self.replica
+        if replica is None or replica.closed:
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER
+        replica.before_append()
+        machine = replica.machine
+        if machine.role != Role.Leader or machine.transferee is not None:
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER
+        if self.partition.log_or_none() is None or self.partition.log_or_none().cut_pending:
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER
+        return None
+
+    def proposed(self, base_offset: int, records: int) -> None:
+        """The leader appended `records` offsets from `base_offset` (refuse_append said yes
+        in this same turn, so the machine takes them)."""
+        proposed = self.machine.propose(records) if self.replica is not None else None
+        assert proposed is not None and proposed.base == base_offset, (proposed, base_offset)
+        self.replica._soon()  # type: ignore[union-attr]
+
+    def leader_ready(self) -> bool:
+        """Whether this leader's high watermark has caught up with its election (KIP-207)."""
+        return self.partition.high_watermark >= self._ready_at
+
+    def flushed(self, offset: int, term: int | None) -> None:
+        if term is not None and self.replica is not None and not self.replica.closed:
+            self.replica.flushed(offset, term)
+
+    def log_start_moved(self, offset: int) -> None:
+        """Retention or DeleteRecords moved the log start (below the high watermark, so
+        committed)."""
+        if self.replica is None:
+            return
+        machine = self.machine
+        if offset <= machine.commit + 1 and offset > machine.log.log_start:
+            machine.set_log_start(offset)
+
+    def status(self) -> list[Any]:
+        """[role, leader node or -1, term, {follower node: matched offset}] for the admin."""
+        if self.replica is None:
+            return ["follower", -1, 0, {}]
+        s = self.machine.status()
+        followers = {str(peer[0]): _matched(text) for peer, text in s.progress.items()
+                     if peer != self.raft.address}
+        leader = s.leader[0] if s.leader is not None else -1
+        return [s.role.name.lower(), leader, s.term, followers]
+
+    # ReplicaHost ------------------------------------------------------------------------------
+
+    def replica_log(self) -> Log:
+        log_ = self.partition.log_or_none()
+        assert log_ is not None
+        return log_
+
+    def appended(self, last_offset: int, headers: list[BatchHeader]) -> None:
+        self.partition.replicated_append(last_offset, headers)
+        if self._commit_target > self.partition.written_offset():
+            return
+        if self._commit_target:
+            self.partition.quorum_committed(self._commit_target)
+
+    def log_rewritten(self) -> None:
+        self.partition.log_rewritten()
+
+    def committed(self, high_watermark: int) -> None:
+        self._commit_target = max(self._commit_target, high_watermark)
+        self.partition.quorum_committed(min(high_watermark, self.partition.written_offset()))
+
+    def role_changed(self, soft: SoftState, term: int) -> None:
+        p = self.partition
+        was_leader = p.leader_epoch_is_leader
+        leader = soft.leader if isinstance(soft.leader, tuple) else None
+        if soft.role == Role.Leader:
+            log_ = p.log_or_none()
+            self._ready_at = log_.next_offset if log_ is not None else 0
+            log.info("%s: leader in term %d", p, term)
+        p.role_changed(soft.role == Role.Leader, term, was_leader)
+        self.raft.leader_changed(p.topic, p.index, leader, term, self.replicas)
+
+    def send(self, messages: list[Message]) -> None:
+        p = self.partition
+        self.raft.send(p.topic, p.index, messages)
+
+    def run_io(self, fn: Callable[[], Any],
+               done: Callable[[Any, BaseException | None], None]) -> None:
+        self.partition.services.run_blocking(fn, done)
+
+    def now_ms(self) -> int:
+        return self.partition.now_ms()
+
+    def leader_change_ids(self) -> tuple[int, list[int]]:
+        return self.raft.address[0], [node for node, _ in self.replicas]
+
+
+def _matched(progress: str) -> int:
+    """The matched offset from Progress.describe() ('StateReplicate match=41 next=42 ...')."""
+    for word in progress.split():
+        if word.startswith("match="):
+            try:
+                return int(word[6:])
+            except ValueError:
+                return -1
+    return -1

@@ -1,0 +1,67 @@
+"""raft: a Raft group's messages to a replica on another shard, of this node or another.
+
+    RaftCall(topic, partition, messages)  -->  that shard's replica of the partition
+                                               (the controller group: topic "", partition 0)
+    (no answer: Raft answers with messages of its own, and takes lost ones in its stride)
+
+A message crosses as an array of its fields (actors/raft/messages.py), its ranges flattened,
+its addresses as (node, shard) pairs; an append's batches are a payload frame of their own
+(`payload` names its frame, -1 for none), sent without a copy. The Router gathers a loop
+turn's calls to one shard into one message (shards/router.py): the appends of every produce
+of a turn, and every group's heartbeats, leave for each peer shard together.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from actors.raft import Message, MsgType, Range
+from shards.calls.base import Address, Request
+
+if TYPE_CHECKING:
+    from shards.router import Router
+
+__all__ = ["CONTROLLER_GROUP", "KIND", "RaftCall", "send", "serve"]
+
+KIND = 13
+
+# The controller's Raft group, in the place of a partition's (topic, index): "" is no topic.
+CONTROLLER_GROUP = ("", 0)
+
+
+class RaftCall(NamedTuple):
+    topic: str
+    partition: int
+    messages: list[list[Any]]
+
+
+def _to_wire(m: Message, frames: list[Any]) -> list[Any]:
+    payload = -1
+    if m.payload is not None:
+        payload = len(frames)
+        frames.append(m.payload)
+    ranges = [n for r in m.ranges for n in r]
+    return [int(m.type), *m.to, *m.sender, m.term, m.offset, m.log_term, ranges, m.commit,
+            m.reject, m.hint, m.transfer, payload]
+
+
+def _from_wire(value: list[Any], frames: list[Any]) -> Message:
+    (kind, to_node, to_shard, from_node, from_shard, term, offset, log_term, flat, commit,
+     reject, hint, transfer, payload) = value
+    ranges = tuple(Range(flat[i], flat[i + 1], flat[i + 2]) for i in range(0, len(flat), 3))
+    return Message(MsgType(kind), (to_node, to_shard), (from_node, from_shard), term, offset,
+                   log_term, ranges, commit, reject, hint, transfer,
+                   None if payload < 0 else frames[payload])
+
+
+def send(router: Router, to: Address, topic: str, partition: int,
+         messages: list[Message]) -> None:
+    frames: list[Any] = []
+    wire = [_to_wire(m, frames) for m in messages]
+    router.call(to, KIND, RaftCall(topic, partition, wire), frames, None)
+
+
+def serve(request: Request, body: Any, frames: list[Any]) -> None:
+    call = RaftCall._make(body)
+    messages = [_from_wire(m, frames) for m in call.messages]
+    request.router.shard.raft_receive(call.topic, call.partition, messages)

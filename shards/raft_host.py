@@ -1,0 +1,160 @@
+"""One shard's Raft services: the ticker, the hard-state table, sends, and who leads what.
+
+Every replicated partition on a shard (actors/partition_replication.py), and on shard 0 the
+controller group (actors/cluster_controller.py), is a Raft group driven from here:
+
+- The ticker: one timer per shard, every `raft_heartbeat_interval_ms`, ticks every group of
+  the shard (a call on the loop; a group's Ready is then taken once that turn).
+- The hard-state table (actors/hard_state.py): every group's term and vote in one file under
+  `<data_dir>/_krill/shard-N/`, one atomic write per loop turn for every group that changed.
+- Sends: a group's messages go to each replica's shard, `(node, shard)`, through the Router
+  (shards/calls/raft.py): this node's shards over the pipes, other nodes' over node RPC, and
+  a loop turn's messages to one shard leave as one message.
+- Leaders: a replica's leadership changes go into this shard's `LeaderTable` (Metadata,
+  coordinators) and, from the leader, to every shard of every node (shards/calls/leaders.py),
+  again every `leader_refresh_interval_s` for the partitions it leads, so a node that starts or
+  missed a report learns every leader within that long.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from actors.cluster.leaders import LeaderTable, LeaderUpdate
+from actors.hard_state import HardStateStore
+from actors.raft import Message
+from shards import limits
+from shards.calls import leaders as leaders_call
+from shards.calls import raft as raft_call
+
+if TYPE_CHECKING:
+    from shards.node_mesh import NodeMesh
+    from shards.router import Router
+
+__all__ = ["RaftHost"]
+
+log = logging.getLogger(__name__)
+
+Address = tuple[int, int]
+
+
+class RaftHost:
+    """actors.partition_replication.RaftServices for one shard."""
+
+    def __init__(self, node_id: int, shard_id: int, loop: asyncio.AbstractEventLoop,
+                 data_dir: str, run_io: Any, election_ticks: int, heartbeat_ticks: int,
+                 tick_s: float) -> None:
+        self.address: Address = (node_id, shard_id)
+        self.node_id = node_id
+        self.shard_id = shard_id
+        self.loop = loop
+        self.election_ticks = election_ticks
+        self.heartbeat_ticks = heartbeat_ticks
+        self.tick_s = tick_s
+        directory = Path(data_dir) / "_krill" / f"shard-{shard_id}"
+        directory.mkdir(parents=True, exist_ok=True)
+        self.hard_states = HardStateStore(directory, run_io, loop.call_soon)
+        self.leaders = LeaderTable()
+        self._ticks: dict[tuple[str, int], Callable[[], None]] = {}
+        self._led: dict[tuple[str, int], LeaderUpdate] = {}
+        self._versions: dict[tuple[str, int], int] = {}
+        self._router: Router | None = None
+        self._mesh: NodeMesh | None = None
+        self._shards_of: Callable[[int], int] = lambda _node: 1
+        self._timer: asyncio.TimerHandle | None = None
+        self._refresh: asyncio.TimerHandle | None = None
+        self._topic_ids: Callable[[str], bytes | None] = lambda _t: None
+
+    def bind(self, router: Router, mesh: NodeMesh, shards_of: Callable[[int], int],
+             topic_ids: Callable[[str], bytes | None]) -> None:
+        """Start ticking, sending through `router`; `shards_of(node)`: that node's shard count
+        (who to tell of leaders); `topic_ids(topic)`: a topic's id now."""
+        self._router, self._mesh, self._shards_of = router, mesh, shards_of
+        self._topic_ids = topic_ids
+        self._timer = self.loop.call_later(self.tick_s, self._tick)
+        self._refresh = self.loop.call_later(limits.leader_refresh_interval_s, self._refresh_all)
+
+    def close(self) -> None:
+        for timer in (self._timer, self._refresh):
+            if timer is not None:
+                timer.cancel()
+        self._timer = self._refresh = None
+
+    # RaftServices ----------------------------------------------------------------------------
+
+    def register(self, topic: str, index: int, tick: Callable[[], None]) -> None:
+        self._ticks[(topic, index)] = tick
+
+    def unregister(self, topic: str, index: int) -> None:
+        self._ticks.pop((topic, index), None)
+        self._led.pop((topic, index), None)
+
+    def schedule(self, fn: Callable[[], None]) -> None:
+        self.loop.call_soon(fn)
+
+    def send(self, topic: str, index: int, messages: list[Message]) -> None:
+        router, mesh = self._router, self._mesh
+        if router is None or mesh is None:
+            return
+        by_target: dict[Any, list[Message]] = {}
+        for m in messages:
+            node, shard = m.to
+            by_target.setdefault(mesh.address(node, shard), []).append(m)
+        for target, batch in by_target.items():
+            raft_call.send(router, target, topic, index, batch)
+
+    def leader_changed(self, topic: str, index: int, leader: Address | None, epoch: int,
+                       replicas: tuple[Address, ...]) -> None:
+        key = (topic, index)
+        topic_id = self._topic_ids(topic)
+        if topic_id is None:
+            return
+        if leader == self.address:
+            version = self._versions.get(key, 0) + 1
+            self._versions[key] = version
+            update = LeaderUpdate(topic, topic_id, index, leader, epoch, replicas, version)
+            self._led[key] = update
+            self._tell_everyone([update])
+        else:
+            self._led.pop(key, None)
+            self._versions.pop(key, None)
+            update = LeaderUpdate(topic, topic_id, index, leader, epoch)
+        self.leaders.update(update)
+
+    # Leaders -------------------------------------------------------------------------------------
+
+    def heard(self, updates: list[LeaderUpdate]) -> None:
+        for update in updates:
+            self.leaders.update(update)
+
+    def _tell_everyone(self, updates: list[LeaderUpdate]) -> None:
+        router, mesh = self._router, self._mesh
+        if router is None or mesh is None:
+            return
+        nodes = {self.node_id, *mesh.peers}
+        for node in nodes:
+            for shard in range(self._shards_of(node)):
+                if (node, shard) == self.address:
+                    continue
+                leaders_call.send(router, mesh.address(node, shard), updates)
+
+    def _refresh_all(self) -> None:
+        self._refresh = self.loop.call_later(limits.leader_refresh_interval_s, self._refresh_all)
+        if self._led:
+            updates = list(self._led.values())
+            for start in range(0, len(updates), limits.leader_updates_per_message_max):
+                self._tell_everyone(updates[start:start + limits.leader_updates_per_message_max])
+
+    # The ticker ---------------------------------------------------------------------------------
+
+    def _tick(self) -> None:
+        self._timer = self.loop.call_later(self.tick_s, self._tick)
+        for tick in list(self._ticks.values()):
+            try:
+                tick()
+            except Exception:  # one group's bug must not stop every other group's clock
+                log.exception("a Raft group's tick failed")
