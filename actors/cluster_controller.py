@@ -235,6 +235,16 @@ class ClusterController(LoopActor):
     def is_leader(self) -> bool:
         return self._replica is not None and self._replica.machine.role == Role.Leader
 
+    def transfer_leadership(self) -> None:
+        """Hand the controller's leadership to another seed (a clean stop)."""
+        replica = self._replica
+        if replica is None or replica.machine.role != Role.Leader:
+            return
+        progress = replica.machine.progress
+        peers = [p for p in progress if p != replica.machine.id]
+        if peers:
+            replica.transfer_leadership(max(peers, key=lambda p: progress[p].match))
+
     def view(self) -> ClusterView:
         return self.state.view()
 
@@ -376,7 +386,7 @@ class ClusterController(LoopActor):
             if waiter is not None:
                 waiter(result)
 
-    # Proposing (the leader) ------------------------------------------------------------------------
+    # Proposing (the leader) ---------------------------------------------------------------
 
     def _propose(self, commands: list[Command], replies: list[Callable[[Applied], None]]) -> None:
         """Append one batch of `commands` and propose it; each reply runs once its command is

@@ -139,17 +139,11 @@ class Replication:
         replica = self.replica
         if replica is None or replica.machine.role != Role.Leader:
             return False
-        status = replica.machine.status()
-        best = None
-        for peer in self.replicas:
-            if peer == self.raft.address:
-                continue
-            matched = _matched(status.progress.get(peer, ""))
-            if best is None or matched > best[0]:
-                best = (matched, peer)
-        if best is None:
+        progress = replica.machine.progress
+        peers = [peer for peer in progress if peer != self.raft.address]
+        if not peers:
             return False
-        replica.transfer_leadership(best[1])
+        replica.transfer_leadership(max(peers, key=lambda peer: progress[peer].match))
         return True
 
     # Questions the partition asks --------------------------------------------------------------
@@ -204,11 +198,13 @@ class Replication:
         """[role, leader node or -1, term, {follower node: matched offset}] for the admin."""
         if self.replica is None:
             return ["follower", -1, 0, {}]
-        s = self.machine.status()
-        followers = {str(peer[0]): _matched(text) for peer, text in s.progress.items()
-                     if peer != self.raft.address}
-        leader = s.leader[0] if s.leader is not None else -1
-        return [s.role.name.lower(), leader, s.term, followers]
+        machine = self.machine
+        followers = {}
+        if machine.role == Role.Leader:
+            followers = {str(peer[0]): pr.match for peer, pr in machine.progress.items()
+                         if peer != self.raft.address}
+        leader = machine.leader[0] if isinstance(machine.leader, tuple) else -1
+        return [machine.role.name.lower(), leader, machine.term, followers]
 
     # ReplicaHost ------------------------------------------------------------------------------
 
@@ -255,14 +251,3 @@ class Replication:
 
     def leader_change_ids(self) -> tuple[int, list[int]]:
         return self.raft.address[0], [node for node, _ in self.replicas]
-
-
-def _matched(progress: str) -> int:
-    """The matched offset from Progress.describe() ('StateReplicate match=41 next=42 ...')."""
-    for word in progress.split():
-        if word.startswith("match="):
-            try:
-                return int(word[6:])
-            except ValueError:
-                return -1
-    return -1

@@ -49,7 +49,7 @@ from actors.group.coordinator import GroupCoordinator
 from actors.handlers.join import send as send_to
 from actors.metrics import ShardMetrics
 from actors.partition import Delete, Partition, UpdateSettings
-from actors.partition_messages import RaftReceive, RaftUnreachable, refuse
+from actors.partition_messages import RaftReceive, RaftUnreachable, TransferLeadership, refuse
 from actors.runtime import actor_of, bind_loop, stop_all_actors
 from actors.services import BrokerSettings, TopicTable
 from actors.topic_config import TopicSettings
@@ -678,8 +678,40 @@ class Shard:
             self._stats = None
         if self._disk_watch is not None:
             self._disk_watch.close()
+        if self.cluster and not self.exit_code:
+            self._hand_over(self.loop.time() + limits.leadership_transfer_timeout_s)
+        else:
+            self._stop_actors()
+
+    def _stop_actors(self) -> None:
         stop_all_actors()
         self.loop.call_soon(self._check_stopped, self.loop.time() + limits.shard_drain_timeout_s)
+
+    def _hand_over(self, deadline: float) -> None:
+        """A clean stop of a cluster's node: every group this shard leads hands leadership to
+        its most caught-up follower first (Raft's leadership transfer: the follower campaigns
+        at once, no election timeout), so its partitions are writable again within a round
+        trip or two; then the actors stop. A transfer that does not finish by `deadline`
+        (no follower reachable) is given up: the others elect after their timeout."""
+        leading = [ref for ref in self._partitions.values() if _leads(ref)]
+        controller = self._controller_actor
+        if controller is not None and controller.is_leader():
+            controller.transfer_leadership()
+        for ref in leading:
+            ref.tell(TransferLeadership(lambda _started: None))
+        self.loop.call_later(0.01, self._handed_over, deadline)
+
+    def _handed_over(self, deadline: float) -> None:
+        controller = self._controller_actor
+        busy = any(_leads(ref) for ref in self._partitions.values()) or (
+            controller is not None and controller.is_leader())
+        if busy and self.loop.time() < deadline:
+            self.loop.call_later(0.01, self._handed_over, deadline)
+            return
+        if busy:
+            log.warning("shard %d: leadership not handed over within %.1f s; stopping anyway",
+                        self.shard_id, limits.leadership_transfer_timeout_s)
+        self._stop_actors()
 
     def _check_stopped(self, deadline: float) -> None:
         # Partitions close their logs when their last flush returns: wait for the pool too.
@@ -754,6 +786,12 @@ class _ControllerHost:
 
     def live_nodes(self) -> set[int]:
         return set(self.shard._cluster_nodes)  # noqa: SLF001
+
+
+def _leads(ref: Any) -> bool:
+    """Whether a partition actor is a replicated partition's leader (read on the loop)."""
+    actor = actor_of(ref)
+    return actor is not None and actor.leader_epoch_is_leader  # type: ignore[attr-defined]
 
 
 def _raft_status(ref: Any) -> list[Any] | None:
