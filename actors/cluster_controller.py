@@ -37,7 +37,7 @@ import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 from pykka import ActorDeadError
 
@@ -123,7 +123,7 @@ class _Flushed(NamedTuple):
     error: BaseException | None
 
 
-class ControllerHost:
+class ControllerHost(Protocol):
     """What the shard gives the controller (shards/shard.py)."""
 
     def publish(self, table: TopicTable, done: Callable[[], None]) -> None: ...
@@ -171,7 +171,7 @@ class ClusterController(LoopActor):
             RegisterSelf: self._register_self,
             ProducerIdBlockFor: self._block_for,
             RaftReceive: self._raft_receive,
-            RaftUnreachable: lambda m: self._replica and self._replica.unreachable(m.peer),
+            RaftUnreachable: self._raft_unreachable,
             _Tick: self._tick,
             _RegisterTick: self._register_tick,
             _Flushed: self._flushed,
@@ -264,6 +264,10 @@ class ClusterController(LoopActor):
         if self._replica is not None and not self._replica.closed:
             for message in m.messages:
                 self._replica.receive(message)
+
+    def _raft_unreachable(self, m: RaftUnreachable) -> None:
+        if self._replica is not None and not self._replica.closed:
+            self._replica.unreachable(m.peer)
 
     def replica_log(self) -> Log:
         assert self._log is not None

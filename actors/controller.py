@@ -270,7 +270,8 @@ class Controller(LoopActor):
         else:
             busy = ErrorCode.REQUEST_TIMED_OUT
             message.reply(
-                [TopicResult(name or "", busy, "controller busy") for name in topic_names_of(message)]
+                [TopicResult(name or "", busy, "controller busy")
+                 for name in topic_names_of(message)]
             )
 
     # Topics -------------------------------------------------------------------------------

@@ -186,4 +186,4 @@ def refuse(message: Any, error: ErrorCode) -> None:
     elif isinstance(message, TransferLeadership):
         message.reply(False)
     elif isinstance(message, PartitionInfo):
-        message.reply({"error": error.name})
+        message.reply({"error": int(error)})

@@ -166,7 +166,8 @@ class Replication:
         machine = replica.machine
         if machine.role != Role.Leader or machine.transferee is not None:
             return ErrorCode.NOT_LEADER_OR_FOLLOWER
-        if self.partition.log_or_none() is None or self.partition.log_or_none().cut_pending:
+        log_ = self.partition.log_or_none()
+        if log_ is None or log_.cut_pending:
             return ErrorCode.NOT_LEADER_OR_FOLLOWER
         return None
 
@@ -201,8 +202,8 @@ class Replication:
         machine = self.machine
         followers = {}
         if machine.role == Role.Leader:
-            followers = {str(peer[0]): pr.match for peer, pr in machine.progress.items()
-                         if peer != self.raft.address}
+            followers = {str(peer[0]): pr.match  # type: ignore[index]
+                         for peer, pr in machine.progress.items() if peer != self.raft.address}
         leader = machine.leader[0] if isinstance(machine.leader, tuple) else -1
         return [machine.role.name.lower(), leader, machine.term, followers]
 
@@ -222,6 +223,9 @@ class Replication:
 
     def log_rewritten(self) -> None:
         self.partition.log_rewritten()
+
+    def cut_complete(self) -> None:
+        self.partition.cut_complete()
 
     def committed(self, high_watermark: int) -> None:
         self._commit_target = max(self._commit_target, high_watermark)

@@ -22,7 +22,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from actors.cluster.leaders import LeaderTable, LeaderUpdate
 from actors.hard_state import HardStateStore
@@ -102,7 +102,7 @@ class RaftHost:
             return
         by_target: dict[Any, list[Message]] = {}
         for m in messages:
-            node, shard = m.to
+            node, shard = cast(Address, m.to)
             by_target.setdefault(mesh.address(node, shard), []).append(m)
         for target, batch in by_target.items():
             raft_call.send(router, target, topic, index, batch)

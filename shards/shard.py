@@ -759,7 +759,8 @@ class _ControllerHost:
 
     def nodes_changed(self, view: ClusterView) -> None:
         shard = self.shard
-        controller = shard._controller_actor.leader_node  # noqa: SLF001
+        actor = shard._controller_actor  # noqa: SLF001
+        controller = actor.leader_node if actor is not None else None
         shard.cluster_changed(controller, dict(view.nodes))
         if shard._router is not None:  # noqa: SLF001
             for peer in shard._router.peers():  # noqa: SLF001

@@ -187,7 +187,8 @@ def send(router: Router, to: Address, message: Any) -> None:
                 reply(-1)
             else:
                 reply([TopicResult(name or "", ErrorCode.REQUEST_TIMED_OUT,
-                                   "the controller did not answer") for name in topic_names_of(message)])
+                                   "the controller did not answer")
+                       for name in topic_names_of(message)])
             return
         value = ControllerAnswer._make(body).value
         if isinstance(message, _ANSWERED_WITH_ERROR):

@@ -13,7 +13,7 @@ of a turn, and every group's heartbeats, leave for each peer shard together.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 from actors.raft import Message, MsgType, Range
 from shards.calls.base import Address, Request
@@ -41,7 +41,8 @@ def _to_wire(m: Message, frames: list[Any]) -> list[Any]:
         payload = len(frames)
         frames.append(m.payload)
     ranges = [n for r in m.ranges for n in r]
-    return [int(m.type), *m.to, *m.sender, m.term, m.offset, m.log_term, ranges, m.commit,
+    to, sender = cast(tuple[int, int], m.to), cast(tuple[int, int], m.sender)
+    return [int(m.type), *to, *sender, m.term, m.offset, m.log_term, ranges, m.commit,
             m.reject, m.hint, m.transfer, payload]
 
 
