@@ -305,6 +305,10 @@ class ClusterController(LoopActor):
                done: Callable[[Any, BaseException | None], None]) -> None:
         self.host.run_blocking(fn, done)
 
+    def read_io(self, fn: Callable[[], Any],
+                done: Callable[[Any, BaseException | None], None]) -> None:
+        self.host.run_blocking(fn, done)
+
     def now_ms(self) -> int:
         return now_ms()
 

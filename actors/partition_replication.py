@@ -250,6 +250,10 @@ class Replication:
                done: Callable[[Any, BaseException | None], None]) -> None:
         self.partition.services.run_blocking(fn, done)
 
+    def read_io(self, fn: Callable[[], Any],
+                done: Callable[[Any, BaseException | None], None]) -> None:
+        self.partition.services.read_blocking(fn, done)
+
     def now_ms(self) -> int:
         return self.partition.now_ms()
 

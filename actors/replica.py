@@ -25,10 +25,11 @@ the appends of every produce of a turn leave for each follower as one message:
           5. rd.soft_state: who leads now (`host.role_changed`).
           machine.advance()
 
-Not yet as the rest of the shard: an append's bytes are read from the log with a plain pread
-on the loop. Near the log's end (a follower keeping up) they are in the page cache; a follower
-far behind makes the leader read cold ranges, which must go through the shard's read pool
-(storage/page_cache.py) as fetches do before this runs in the broker.
+An append's bytes are read from the log with `nowait`, as fetches are: near the log's end (a
+follower keeping up) they are in the page cache; a follower far behind makes the leader read
+cold ranges, which the shard's read pool brings in first (storage/page_cache.py), the loop
+never waiting on the disk. (The machine's batch reader, `log_batch_reader`, reads batch
+headers of the same ranges just before: a header read of a cold range can still wait.)
 
 A cut (truncate or reset) must be durable before the log takes another append
 (storage/replica.py): its ticket runs on the I/O pool, and the log writes behind it wait in
@@ -44,6 +45,7 @@ import struct
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from actors import limits
 from actors.hard_state import HardStateStore
 from actors.raft import (
     LEADER_CHANGE,
@@ -57,6 +59,7 @@ from actors.raft import (
     TruncateAfter,
 )
 from storage.log import Log
+from storage.page_cache import NotCached, warm
 from storage.replica import CutTicket
 from wire.record_batch import BatchHeader, iter_batches
 from wire.records import build_batch
@@ -101,13 +104,14 @@ def log_batch_reader(log_: Log) -> Callable[[int, int, int], tuple[int, int]]:
     return read
 
 
-def read_range(log_: Log, first: int, last: int) -> bytes:
+def read_range(log_: Log, first: int, last: int, nowait: bool = False) -> bytes:
     """The bytes of the whole batches `first..last` (a read stops at a segment's end, so
-    one read per segment the range spans)."""
+    one read per segment the range spans). With `nowait`, NotCached (storage/page_cache.py)
+    when a part is not in the page cache."""
     parts: list[bytes] = []
     offset = first
     while offset <= last:
-        data = log_.read_bytes(offset, 1 << 62, last + 1)
+        data = log_.read_bytes(offset, 1 << 62, last + 1, nowait)
         if not data:
             break
         parts.append(data)
@@ -133,6 +137,9 @@ class ReplicaHost(Protocol):
     def send(self, messages: list[Message]) -> None: ...
     def run_io(self, fn: Callable[[], Any], done: Callable[[Any, BaseException | None], None]
                ) -> None: ...
+    def read_io(self, fn: Callable[[], Any], done: Callable[[Any, BaseException | None], None]
+                ) -> None:
+        """Run `fn` on the shard's read pool (cold reads), `done` back on the loop."""
     def now_ms(self) -> int: ...
     def leader_change_ids(self) -> tuple[int, list[int]]:
         """This node's id and the replicas' node ids, for a LEADER_CHANGE record."""
@@ -236,19 +243,37 @@ class Replica:
             held, self._held = self._held, []
             self._host.send(held)
 
-    def _send(self, messages: list[Message]) -> None:
-        messages = [self._with_payload(m) for m in messages]
+    def _send(self, messages: list[Message], attempts: int = 0) -> None:
+        nowait = attempts < limits.cold_read_attempts_max
+        try:
+            messages = [self._with_payload(m, nowait) for m in messages]
+        except NotCached as miss:
+            self._warm_and_send(miss, messages, attempts)
+            return
         if self._saving:
             self._held.extend(messages)
         else:
             self._host.send(messages)
 
-    def _with_payload(self, m: Message) -> Message:
+    def _with_payload(self, m: Message, nowait: bool) -> Message:
         """An append to a follower carries the bytes of its ranges, read from the log."""
-        if m.type != MsgType.MsgApp or not m.ranges:
+        if m.type != MsgType.MsgApp or not m.ranges or m.payload is not None:
             return m
-        data = read_range(self._host.replica_log(), m.ranges[0].base, m.ranges[-1].last)
+        data = read_range(self._host.replica_log(), m.ranges[0].base, m.ranges[-1].last,
+                          nowait)
         return m._replace(payload=data)
+
+    def _warm_and_send(self, miss: NotCached, messages: list[Message], attempts: int) -> None:
+        """A follower far behind needs batches the page cache no longer has: the shard's read
+        pool brings them in (the loop never waits on the disk), then this turn's messages
+        leave, in their order. One that misses that many times reads from the disk."""
+        def warmed(_result: Any, error: BaseException | None) -> None:
+            if error is not None:
+                log.debug("%s: warming %s failed: %r", self.group, miss, error)
+            if not self.closed:
+                self._send(messages, attempts + 1)
+
+        self._host.read_io(lambda: warm(miss.fd, miss.position, miss.length), warmed)
 
     # Log writes -------------------------------------------------------------------------
 

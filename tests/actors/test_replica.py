@@ -80,6 +80,10 @@ class Node:
         future = self.loop.run_in_executor(None, fn)
         future.add_done_callback(lambda f: done(None, f.exception()))
 
+    def read_io(self, fn: Callable[[], Any], done: Callable[[Any, BaseException | None], None]
+                ) -> None:
+        self.run_io(fn, done)
+
     def now_ms(self) -> int:
         return 1_700_000_000_000
 
