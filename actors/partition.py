@@ -585,6 +585,8 @@ class Partition(LoopActor):
             m.reply(ReadResult(ErrorCode.NOT_LEADER_OR_FOLLOWER))
             return
         error = self._epoch_error(m.current_leader_epoch)
+        if error is ErrorCode.NOT_LEADER_OR_FOLLOWER and m.any_replica:
+            error = None  # a follower serves what it knows is committed
         if error is not None:
             m.reply(ReadResult(error))
             return

@@ -98,6 +98,9 @@ class Read(NamedTuple):
     current_leader_epoch: int
     budget: FetchBudget
     reply: Callable[[ReadResult], None]
+    # Any replica may answer, up to the high watermark it knows (the Spark reader's
+    # "read from an in-sync replica"; Kafka's Fetch reads from the leader).
+    any_replica: bool = False
 
 
 class ListOffsetResult(NamedTuple):

@@ -37,6 +37,7 @@ class ReadCall(NamedTuple):
     current_leader_epoch: int
     budget_remaining: int
     budget_taken: int
+    any_replica: bool
 
 
 class ReadAnswer(NamedTuple):
@@ -73,7 +74,7 @@ def send(router: Router, to: Address, topic: str, partition: int, m: Read) -> No
 
     call = ReadCall(
         topic, partition, m.offset, m.max_bytes, m.current_leader_epoch, budget.remaining,
-        budget.taken,
+        budget.taken, m.any_replica,
     )  # fmt: skip
     router.call(to, KIND, call, [], on_reply)
 
@@ -97,6 +98,7 @@ def serve(request: Request, body: Any, _frames: list[Any]) -> None:
         )
         request.answer(answer, payloads)
 
-    message = Read(call.offset, call.max_bytes, call.current_leader_epoch, budget, reply)
+    message = Read(call.offset, call.max_bytes, call.current_leader_epoch, budget, reply,
+                   call.any_replica)
     if not tell_partition(request, call.topic, call.partition, message):
         reply(ReadResult(ErrorCode.NOT_LEADER_OR_FOLLOWER))
