@@ -51,7 +51,7 @@ def crossed(value: Any) -> Any:
         produce.ProduceAnswer(produce.PHASE_ONE),
         produce.ProduceAnswer(produce.PHASE_ONE | produce.PHASE_TWO, 0, 42, -1, 7, None),
         produce.ProduceAnswer(produce.PHASE_TWO, 87, message="over max.message.bytes"),
-        read.ReadCall("t", 0, 10, 1 << 20, -1, 1 << 20, 0),
+        read.ReadCall("t", 0, 10, 1 << 20, -1, 1 << 20, 0, True),
         read.ReadAnswer(0, 12, 0, ["/data/t-0/00000000000000000000.log", 0, 300, 2, 99]),
         read.ReadAnswer(6, -1, -1, None),
         watch.WatchCall("t", 1, 12),
