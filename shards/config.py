@@ -207,15 +207,15 @@ class NodeConfig:
                               f"({3 * heartbeat}), not {election}")
 
     def _check_cluster(self) -> None:
-        if self.rpc_port + self.smp - 1 > 65535:
-            raise ConfigError(f"rpc_port {self.rpc_port} leaves no port for each of the "
-                              f"{self.smp} shards (rpc_port + shard must be at most 65535)")
         seeds = self.seed_nodes  # parsed and checked once, then cached
         if not seeds:
             if self.default_replicas != 1:
                 raise ConfigError(f"default_replicas {self.default_replicas} needs a cluster: "
                                   "set seeds")
             return
+        if self.rpc_port + self.smp - 1 > 65535:  # bound only in a cluster
+            raise ConfigError(f"rpc_port {self.rpc_port} leaves no port for each of the "
+                              f"{self.smp} shards (rpc_port + shard must be at most 65535)")
         ids = ", ".join(map(str, seeds))
         if self.node_id not in seeds:
             raise ConfigError(f"node_id {self.node_id} is not one of the seeds ({ids}): every "
