@@ -6,6 +6,8 @@
     GET /v1/status/live             200 while every shard process runs, else 503
     GET /v1/cluster/health_overview is the cluster healthy: nodes down, leaderless partitions
     GET /v1/node                    this node: id, addresses, shards, uptime
+    GET /v1/partitions              this node's replicas of replicated partitions: role,
+                                    leader, term, high watermark, log end, followers' match
 
 Failure probes, after Redpanda's `/v1/failure-probes`, for fault-injection tests and the
 scenario runner's slow-disk and fdatasync-error faults (storage/probes.py). They answer 403
@@ -63,7 +65,16 @@ from shards.stats import stats_path
 from storage.probes import PROBE_NAMES
 from wire.messages import API_KEYS
 
-__all__ = ["AdminServer", "Node", "gather", "health_overview", "render_metrics"]
+__all__ = [
+    "AdminServer",
+    "Node",
+    "controller_state",
+    "gather",
+    "health_overview",
+    "partitions_overview",
+    "render_metrics",
+    "replicated_partitions",
+]
 
 log = logging.getLogger(__name__)
 
@@ -455,8 +466,12 @@ def render_metrics(node: Node, snapshots: list[dict[str, Any] | None], public: b
 
 def health_overview(node: Node, snapshots: list[dict[str, Any] | None]) -> dict[str, Any]:
     """Redpanda's /v1/cluster/health_overview, for one node: healthy when every shard serves
-    and every partition of the topic table is served by its owner."""
+    and every partition of the topic table is served by its owner. In a cluster (shard 0
+    reports the controller), see `_cluster_health`."""
     down = [i for i, s in enumerate(snapshots) if s is None or not s["ready"]]
+    controller = controller_state(snapshots)
+    if controller is not None:
+        return _cluster_health(node, snapshots, controller, down)
     served = {(t, p) for s in snapshots if s is not None for t, p, _, _ in s["partitions"]}
     table = snapshots[0]["topics"] if snapshots and snapshots[0] is not None else []
     leaderless = [
@@ -475,6 +490,88 @@ def health_overview(node: Node, snapshots: list[dict[str, Any] | None]) -> dict[
         "leaderless_partitions": leaderless[: limits.health_partitions_listed_max],
         "under_replicated_count": 0,  # one replica each: nothing to be under
         "under_replicated_partitions": [],
+    }
+
+
+# Replication --------------------------------------------------------------------------------
+#
+# In a cluster each shard's snapshot carries "raft": one entry per replica it hosts,
+# [topic, partition, role, leader node (-1: none known), term, high watermark, log end,
+# followers], followers being {node: matched offset} on a leader and {} elsewhere; shard 0's
+# carries "controller": {"leader": node or -1, "term": int, "nodes": [registered ids]}. A node
+# of its own has neither key.
+
+RAFT_ROLES = ("leader", "follower", "candidate", "precandidate")
+
+
+def replicated_partitions(snapshots: list[dict[str, Any] | None]) -> list[dict[str, Any]]:
+    """This node's replicas of replicated partitions, by topic and partition; empty for a node
+    of its own (or shards that do not say)."""
+    replicas = []
+    for shard, snapshot in enumerate(snapshots):
+        for entry in (snapshot or {}).get("raft") or ():
+            topic, partition, role, leader, term, high_watermark, log_end, followers = entry
+            replicas.append({
+                "topic": topic, "partition": partition, "shard": shard, "role": role,
+                "leader": leader, "term": term, "high_watermark": high_watermark,
+                "log_end": log_end,
+                "followers": {str(n): offset for n, offset in sorted((followers or {}).items())},
+            })
+    replicas.sort(key=lambda r: (r["topic"], r["partition"]))
+    return replicas
+
+
+def controller_state(snapshots: list[dict[str, Any] | None]) -> dict[str, Any] | None:
+    """Shard 0's view of the controller group, None for a node of its own (or when shard 0
+    did not answer)."""
+    first = snapshots[0] if snapshots else None
+    controller = None if first is None else first.get("controller")
+    if controller is None:
+        return None
+    # A shard that does not give the term yet: -1, rather than a 500 for the whole overview.
+    return {"leader": controller["leader"], "term": controller.get("term", -1),
+            "nodes": sorted(controller["nodes"])}
+
+
+def partitions_overview(node: Node, snapshots: list[dict[str, Any] | None]) -> dict[str, Any]:
+    """GET /v1/partitions: what `krill cluster info` reads for followers' lag."""
+    return {
+        "node_id": node.node_id,
+        "controller": controller_state(snapshots),
+        "shards_down": [i for i, s in enumerate(snapshots) if s is None],
+        "partitions": replicated_partitions(snapshots),
+    }
+
+
+def _cluster_health(
+    node: Node, snapshots: list[dict[str, Any] | None], controller: dict[str, Any],
+    down: list[int],
+) -> dict[str, Any]:
+    """The overview of a node in a cluster, as this node sees it: the controller's leader
+    and registered nodes, and its own replicas' leadership (a replica that knows no leader
+    makes its partition leaderless). Under-replication needs every replica's view: `krill
+    cluster health` reads it from Metadata's ISR, so none is listed here."""
+    replicas = replicated_partitions(snapshots)
+    leaderless = sorted({(r["topic"], r["partition"]) for r in replicas if r["leader"] < 0})
+    listed = limits.health_partitions_listed_max
+    return {
+        "is_healthy": not down and not leaderless and controller["leader"] >= 0,
+        "node_id": node.node_id,
+        "controller_id": controller["leader"],
+        "controller": controller,
+        "all_nodes": controller["nodes"],
+        "nodes_down": [node.node_id] if down else [],
+        "shards_down": down,
+        "leaderless_count": len(leaderless),
+        "leaderless_partitions": [{"topic": t, "partition": p} for t, p in leaderless[:listed]],
+        "under_replicated_count": 0,
+        "under_replicated_partitions": [],
+        "leaders_count": sum(r["role"] == "leader" for r in replicas),
+        "leadership": [
+            {"topic": r["topic"], "partition": r["partition"], "role": r["role"],
+             "leader": r["leader"], "term": r["term"]}
+            for r in replicas[:listed]
+        ],
     }
 
 
@@ -556,6 +653,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(200 if live else 503, {"status": "live" if live else "dead"})
         elif path == "/v1/cluster/health_overview":
             self._json(200, health_overview(node, gather(node)))
+        elif path == "/v1/partitions":
+            self._json(200, partitions_overview(node, gather(node)))
         elif path == "/v1/node":
             self._json(200, {
                 "node_id": node.node_id, "kafka": node.kafka_address,

@@ -29,6 +29,7 @@ __all__ = [
     "brokers_argument",
     "describe_error",
     "cluster_metadata",
+    "default_admin_addresses",
     "print_table",
     "request_timeout_s",
     "topic_metadata",
@@ -121,7 +122,12 @@ def admin_addresses(args: argparse.Namespace) -> list[str]:
     """`--admin` if given, else each bootstrap broker's host with the default admin port."""
     if args.admin:
         return str(args.admin).split(",")
-    hosts = [parse_host_port(b, "broker")[0] for b in str(args.brokers).split(",")]
+    return default_admin_addresses(
+        [parse_host_port(b, "broker")[0] for b in str(args.brokers).split(",")])
+
+
+def default_admin_addresses(hosts: Iterable[str]) -> list[str]:
+    """Each host once, on the default admin port."""
     return [f"[{h}]:{DEFAULT_ADMIN_PORT}" if ":" in h else f"{h}:{DEFAULT_ADMIN_PORT}"
             for h in dict.fromkeys(hosts)]
 

@@ -212,6 +212,25 @@ def test_info_json_matches_the_text_and_the_node(node: BrokerProcess) -> None:
     assert table(text, "CLUSTER") == [[info["cluster_id"]]]
 
 
+def test_info_lists_every_partition_of_a_node_of_its_own(node: BrokerProcess) -> None:
+    """One replica each, led by node 0, and no followers to lag."""
+    info = json.loads(cluster(node, "info", "--format", "json").stdout)
+    assert info["partitions"] == [
+        {"topic": name, "partition": index, "leader": 0, "replicas": [0], "isr": [0], "lag": {}}
+        for name, count in sorted(TOPICS.items()) for index in range(count)]
+    assert table(cluster(node, "info").stdout, "PARTITIONS") == [
+        ["TOPIC", "PARTITION", "LEADER", "REPLICAS", "ISR", "LAG"]] + [
+        [name, str(index), "0", "0", "0", "-"]
+        for name, count in sorted(TOPICS.items()) for index in range(count)]
+
+
+def test_a_node_of_its_own_has_no_replicated_partitions(node: BrokerProcess) -> None:
+    status, body = node.admin_get("/v1/partitions")
+    assert status == 200
+    assert json.loads(body) == {
+        "node_id": 0, "controller": None, "shards_down": [], "partitions": []}
+
+
 def test_info_with_no_admin_api_is_one_error_line(node: BrokerProcess) -> None:
     address = closed_address()
     for extra in ((), ("--format", "json")):
