@@ -747,8 +747,15 @@ class Partition(LoopActor):
     # Replication (actors/partition_replication.py) ----------------------------------------
 
     def _raft_receive(self, m: RaftReceive) -> None:
+        self.raft_input(m.messages)
+
+    def raft_input(self, messages: list[Any]) -> None:
+        """Raft messages from peers. The shard calls this on the loop as they arrive, without
+        a message to this actor, as it ticks the Replica: the Replica takes its input at once
+        and does its work in its own loop callback, never inside another message's handling
+        (actors/replica.py)."""
         if self._replication is not None and self._log is not None:
-            self._replication.receive(m.messages)
+            self._replication.receive(messages)
 
     def _raft_unreachable(self, m: RaftUnreachable) -> None:
         if self._replication is not None:

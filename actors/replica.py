@@ -169,8 +169,10 @@ class Replica:
     # Inputs -----------------------------------------------------------------------------
 
     def tick(self) -> None:
-        self.machine.tick()
-        self._soon()
+        machine = self.machine
+        machine.tick()
+        if machine.has_ready():  # most ticks of most groups ask nothing
+            self._soon()
 
     def receive(self, message: Message) -> None:
         self.machine.step(message)

@@ -60,6 +60,8 @@ class RaftHost:
         self.hard_states = HardStateStore(directory, run_io, loop.call_soon)
         self.leaders = LeaderTable()
         self._ticks: dict[tuple[str, int], Callable[[], None]] = {}
+        # This turn's messages: target shard -> (topic, index) -> messages, in send order.
+        self._outbox: dict[Any, dict[tuple[str, int], list[Message]]] = {}
         self._led: dict[tuple[str, int], LeaderUpdate] = {}
         self._versions: dict[tuple[str, int], int] = {}
         self._router: Router | None = None
@@ -97,15 +99,26 @@ class RaftHost:
         self.loop.call_soon(fn)
 
     def send(self, topic: str, index: int, messages: list[Message]) -> None:
-        router, mesh = self._router, self._mesh
-        if router is None or mesh is None:
+        """Gathered per target shard until the end of the loop turn: one call carries every
+        group's messages to it (calls/raft.py)."""
+        mesh = self._mesh
+        if mesh is None:
             return
-        by_target: dict[Any, list[Message]] = {}
+        outbox = self._outbox
+        if not outbox:
+            self.loop.call_soon(self._flush)
         for m in messages:
             node, shard = cast(Address, m.to)
-            by_target.setdefault(mesh.address(node, shard), []).append(m)
-        for target, batch in by_target.items():
-            raft_call.send(router, target, topic, index, batch)
+            groups = outbox.setdefault(mesh.address(node, shard), {})
+            groups.setdefault((topic, index), []).append(m)
+
+    def _flush(self) -> None:
+        outbox, self._outbox = self._outbox, {}
+        router = self._router
+        if router is None:
+            return
+        for target, groups in outbox.items():
+            raft_call.send(router, target, [(t, i, ms) for (t, i), ms in groups.items()])
 
     def leader_changed(self, topic: str, index: int, leader: Address | None, epoch: int,
                        replicas: tuple[Address, ...]) -> None:

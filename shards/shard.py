@@ -517,10 +517,13 @@ class Shard:
     def raft_receive(self, topic: str, index: int, messages: list[Any]) -> None:
         if (topic, index) == CONTROLLER_GROUP:
             target = self._controller if self.shard_id == 0 else None
-        else:
-            target = self._partitions.get((topic, index))
-        if target is not None:  # else not started here yet: Raft sends again
-            send_to(target, RaftReceive(messages))
+            if target is not None:
+                send_to(target, RaftReceive(messages))
+            return
+        ref = self._partitions.get((topic, index))
+        actor = actor_of(ref) if ref is not None else None
+        if actor is not None:  # else not started here yet: Raft sends again
+            actor.raft_input(messages)  # type: ignore[attr-defined]
 
     def leaders_heard(self, updates: list[Any]) -> None:
         if self.raft is not None:

@@ -1,8 +1,12 @@
-"""raft: a Raft group's messages to a replica on another shard, of this node or another.
+"""raft: Raft groups' messages to their replicas on another shard, of this node or another.
 
-    RaftCall(topic, partition, messages)  -->  that shard's replica of the partition
-                                               (the controller group: topic "", partition 0)
+    RaftCall(groups)  -->  that shard: each group's messages to its replica of the partition
+                           (the controller group: topic "", partition 0)
     (no answer: Raft answers with messages of its own, and takes lost ones in its stride)
+
+One call carries every group's messages to one shard in one loop turn (the shard's RaftHost
+gathers them), so a thousand idle groups' heartbeats to a peer are one call, not a thousand:
+DESIGN.md §5's heartbeats batched per node pair, here per shard pair.
 
 A message crosses as an array of its fields (actors/raft/messages.py), its ranges flattened,
 its addresses as (node, shard) pairs; an append's batches are a payload frame of their own
@@ -30,9 +34,7 @@ CONTROLLER_GROUP = ("", 0)
 
 
 class RaftCall(NamedTuple):
-    topic: str
-    partition: int
-    messages: list[list[Any]]
+    groups: list[list[Any]]  # [topic, partition, message, message, ...] per group
 
 
 def _to_wire(m: Message, frames: list[Any]) -> list[Any]:
@@ -55,14 +57,16 @@ def _from_wire(value: list[Any], frames: list[Any]) -> Message:
                    None if payload < 0 else frames[payload])
 
 
-def send(router: Router, to: Address, topic: str, partition: int,
-         messages: list[Message]) -> None:
+def send(router: Router, to: Address,
+         groups: list[tuple[str, int, list[Message]]]) -> None:
     frames: list[Any] = []
-    wire = [_to_wire(m, frames) for m in messages]
-    router.call(to, KIND, RaftCall(topic, partition, wire), frames, None)
+    wire = [[topic, partition, *(_to_wire(m, frames) for m in messages)]
+            for topic, partition, messages in groups]
+    router.call(to, KIND, RaftCall(wire), frames, None)
 
 
 def serve(request: Request, body: Any, frames: list[Any]) -> None:
-    call = RaftCall._make(body)
-    messages = [_from_wire(m, frames) for m in call.messages]
-    request.router.shard.raft_receive(call.topic, call.partition, messages)
+    shard = request.router.shard
+    for group in RaftCall._make(body).groups:
+        messages = [_from_wire(m, frames) for m in group[2:]]
+        shard.raft_receive(group[0], group[1], messages)

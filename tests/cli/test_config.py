@@ -270,7 +270,7 @@ def test_no_seeds_is_a_node_of_its_own():
     assert config.rpc_listen == ("127.0.0.1", 33145)
     assert config.default_replicas == 1
     assert config.raft_election_timeout_ms == 1000
-    assert config.raft_heartbeat_interval_ms == 150
+    assert config.raft_heartbeat_interval_ms == 300
 
 
 def test_seeds_without_ids_count_from_one():
