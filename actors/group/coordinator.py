@@ -7,11 +7,24 @@ runs the state machines' effects — replies, timers on the shard loop, and meta
 or a DeleteGroups is answered only once the Partition actor says the records are produced
 (acks=-1). Records use Kafka's byte layouts (`log_records`).
 
-Start-up: if `__consumer_offsets` exists, each of this shard's partitions of it is read from
-its start through the Partition actor and replayed (last value per key wins; null deletes) to
-rebuild groups and offsets. Otherwise the topic is created through the Controller on the first
-group request. Requests that arrive before that is done wait in a bounded queue and are served
-in arrival order.
+Ownership is per offsets partition. On one node the shard that hosts partition p owns it
+(`owns(p)`, given at start, fixed). In a cluster p moves with its Raft leader: the shard
+sends `OffsetsOwnership` with the whole owned set whenever one of its offsets replicas gains
+or loses leadership, and the first such message replaces `owns` for good. Per partition:
+
+    not owned --owned--> loading --replayed up to the log end--> loaded (served)
+        ^                   │ read error: failed, until a newer OffsetsOwnership names it
+        └──── not owned ────┴──────────────────────────────────────┘ (groups forgotten)
+
+Loading reads p from its log start through the Partition actor and replays it (last value per
+key wins; null deletes; actors/group/loading.py) while the groups of other loaded partitions
+keep being served. `__consumer_offsets` itself is created through the Controller at the first
+group request if it does not exist. A request waits in one bounded queue while the topic is
+being created or its group's partition is loading, and is served in arrival order once it is
+loaded; a request for a partition not owned, or one that stops being owned while it waits, is
+answered NOT_COORDINATOR, and the client looks its coordinator up again. Losing p forgets its
+groups and offsets (their timers cancelled, their waiting joins and syncs answered
+NOT_COORDINATOR); owning it again reads it again, as another replica may have written since.
 
 Handlers find the coordinator with `Services.group_coordinator(group_id)`; the messages below
 carry plain values and a reply callback, so on another shard only the ActorRef differs.
@@ -33,13 +46,9 @@ from pykka import ActorDeadError, ActorRef
 from actors.controller import CreateTopics, TopicResult, TopicSpec
 from actors.group import OFFSETS_TOPIC, limits, offsets_partition
 from actors.group.expiry import expired_offsets, group_expires
+from actors.group.loading import LOADER_MESSAGES, PartitionLoad, PartitionLoader
 from actors.group.log_records import (
-    GroupKey,
-    OffsetKey,
     OffsetValue,
-    decode_group_value,
-    decode_key,
-    decode_offset_value,
     encode_group_key,
     encode_group_value,
     encode_offset_key,
@@ -56,10 +65,10 @@ from actors.group.messages import (
     GroupDescription,
     GroupListing,
     ListGroups,
+    OffsetsOwnership,
 )
 from actors.group.state import (
     Group,
-    GroupSnapshot,
     GroupState,
     Heartbeat,
     HeartbeatResult,
@@ -73,13 +82,12 @@ from actors.group.state import (
     Sync,
     SyncResult,
 )
-from actors.partition import FetchBudget, Produce, ProduceResult, Read, ReadResult
+from actors.partition import Produce, ProduceResult
 from actors.runtime import LoopActor
 from actors.services import Services, now_ms
-from storage import FileSlice
-from wire.errors import DecodeError, ErrorCode
-from wire.record_batch import batch_length_at, iter_batches
-from wire.records import build_batch, decode_batch
+from wire.errors import ErrorCode
+from wire.record_batch import iter_batches
+from wire.records import build_batch
 
 __all__ = ["GroupCoordinator"]  # its messages are in actors.group.messages
 
@@ -95,27 +103,27 @@ class _Created(NamedTuple):
     results: list[TopicResult]
 
 
-class _Loaded(NamedTuple):
-    partition: int
-    offset: int
-    result: ReadResult
-
-
 class _Appended(NamedTuple):
     done: Callable[[ErrorCode], None]
     error: ErrorCode
 
 
 class _Phase(enum.Enum):
-    NEW = "new"  # nothing loaded; the topic may not exist yet
+    NEW = "new"  # `__consumer_offsets` not seen yet; it may not exist
     CREATING = "creating"
-    LOADING = "loading"
-    READY = "ready"
+    READY = "ready"  # the topic exists: partitions load, and are served, one by one
 
 
+# Kafka's GroupCoordinatorService / GroupMetadataManager.appendGroupMetadataErrorToResponseError:
+# an append's error as a coordinator error the client retries. REQUEST_TIMED_OUT (the new
+# leader's outcome unknown) is COORDINATOR_NOT_AVAILABLE: retried, on the same coordinator.
 _RETRIABLE_APPEND_ERRORS = {
     ErrorCode.UNKNOWN_TOPIC_OR_PARTITION: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.NOT_ENOUGH_REPLICAS: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.REQUEST_TIMED_OUT: ErrorCode.COORDINATOR_NOT_AVAILABLE,
     ErrorCode.NOT_LEADER_OR_FOLLOWER: ErrorCode.NOT_COORDINATOR,
+    ErrorCode.KAFKA_STORAGE_ERROR: ErrorCode.NOT_COORDINATOR,
     ErrorCode.MESSAGE_TOO_LARGE: ErrorCode.INVALID_COMMIT_OFFSET_SIZE,
     ErrorCode.RECORD_LIST_TOO_LARGE: ErrorCode.INVALID_COMMIT_OFFSET_SIZE,
 }
@@ -128,24 +136,40 @@ def _commit_error(error: ErrorCode) -> ErrorCode:
     return _RETRIABLE_APPEND_ERRORS.get(error, ErrorCode.COORDINATOR_NOT_AVAILABLE)
 
 
+def _group_ids(message: Any) -> Sequence[str] | None:
+    """The groups a request is about; None: every group (it waits for every load)."""
+    if isinstance(message, ListGroups):
+        return None
+    if isinstance(message, EnsureReady):
+        return None if message.group_id is None else (message.group_id,)
+    if isinstance(message, DescribeGroups | DeleteGroups):
+        return message.group_ids
+    return (message.group_id,)
+
+
 # The actor ------------------------------------------------------------------------------------
 
 
 class GroupCoordinator(LoopActor):
     def __init__(self, services: Services, owns: Callable[[int], bool]) -> None:
-        """`owns(p)`: is partition p of `__consumer_offsets` this shard's to load?"""
+        """`owns(p)`: is partition p of `__consumer_offsets` this shard's? It decides until
+        the first `OffsetsOwnership` arrives, which replaces it for good."""
         super().__init__()
         self.services = services
         self._owns = owns
+        self._owned: frozenset[int] | None = None  # from OffsetsOwnership; None: `owns`
         self._initial_delay_ms = services.settings.group_initial_rebalance_delay_ms
-        self._groups: dict[str, Group] = {}
-        self._offsets: dict[str, dict[tuple[str, int], OffsetValue]] = {}
+        self._groups: dict[str, Group] = {}  # of loaded partitions only
+        self._offsets: dict[str, dict[tuple[str, int], OffsetValue]] = {}  # the same
         self._timers: dict[str, asyncio.TimerHandle] = {}
         self._phase = _Phase.NEW
+        self._partition_count = 0  # of `__consumer_offsets`, once READY
+        self._loader = PartitionLoader(services, self.actor_ref, self._load_done,
+                                       self._load_failed)
+        self._loads = self._loader.loads  # partitions loading (the loader's)
+        self._loaded: dict[int, int] = {}  # partitions served -> the load that made them
+        self._failed: set[int] = set()  # loads failed since the last OffsetsOwnership
         self._waiting: collections.deque[Any] = collections.deque()
-        self._loads_left = 0
-        self._load_started_ms = 0
-        self._restored: dict[str, GroupSnapshot] = {}  # group metadata seen while loading
         self._expiry_timer: asyncio.TimerHandle | None = None
         self._expiring: set[str] = set()  # groups whose expiry tombstones are being appended
         self._handlers: dict[type, Callable[[Any], None]] = {
@@ -161,6 +185,13 @@ class GroupCoordinator(LoopActor):
             DeleteGroups: self._delete_groups,
             DeleteOffsets: self._delete_offsets,
         }
+        self._internal: dict[type, Callable[[Any], None]] = {
+            _Appended: lambda m: m.done(m.error),
+            _Created: self._created,
+            OffsetsOwnership: self._ownership,
+        }
+        for kind in LOADER_MESSAGES:
+            self._internal[kind] = self._loader.receive
 
     def __str__(self) -> str:
         return "GroupCoordinator"
@@ -171,7 +202,7 @@ class GroupCoordinator(LoopActor):
         if self.services.metrics is not None:
             self.services.metrics.register("groups", self._groups_snapshot)
         if OFFSETS_TOPIC in self.services.topics().topics:
-            self._begin_load()
+            self._find_topic()
 
     def _groups_snapshot(self) -> dict[str, Any]:
         """For the metrics (committed offsets, members, state per group): consumer lag is
@@ -193,35 +224,69 @@ class GroupCoordinator(LoopActor):
         for handle in self._timers.values():
             handle.cancel()
         self._timers.clear()
+        self._loader.cancel_all()
         self._waiting.clear()
 
     def on_receive(self, message: Any) -> Any:
-        kind = type(message)
-        if kind is _Appended:
-            message.done(message.error)
-            return None
-        if kind is _Loaded:
-            return self._loaded(message)
-        if kind is _Created:
-            return self._created(message)
-        handler = self._handlers.get(kind)
-        if handler is None:
+        internal = self._internal.get(type(message))
+        if internal is not None:
+            return internal(message)
+        if type(message) not in self._handlers:
             return super().on_receive(message)
-        if self._phase != _Phase.READY:
-            self._wait(message)
-            return None
-        return handler(message)
+        self._dispatch(message, requeued=False)
+        return None
 
-    def _wait(self, message: Any) -> None:
-        if len(self._waiting) >= limits.requests_waiting_for_load_max:
-            self._answer_unready(message, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
+    def _dispatch(self, message: Any, requeued: bool) -> None:
+        """Serve a request, or queue it while the topic or its group's partition loads, or
+        answer NOT_COORDINATOR if that partition is not ours."""
+        if self._phase != _Phase.READY:
+            self._wait(message, requeued)
+            self._find_topic()
+            return
+        group_ids = _group_ids(message)
+        if group_ids is None:
+            if self._loads:
+                self._wait(message, requeued)
+                return
+        else:
+            partitions = {self._partition_of(g) for g in group_ids}
+            if not partitions.isdisjoint(self._loads):
+                self._wait(message, requeued)
+                return
+            # Several groups (Describe, Delete) are answered group by group.
+            if len(group_ids) == 1 and not partitions <= self._loaded.keys():
+                self._refuse(message, ErrorCode.NOT_COORDINATOR)
+                return
+        self._handlers[type(message)](message)
+
+    def _wait(self, message: Any, requeued: bool) -> None:
+        if not requeued and len(self._waiting) >= limits.requests_waiting_for_load_max:
+            self._refuse(message, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
             return
         self._waiting.append(message)
-        self._begin_load()
 
-    # Creating and loading `__consumer_offsets` ------------------------------------------------
+    def _wake(self) -> None:
+        """Dispatch the waiting requests again, in order (something they wait on changed)."""
+        waiting, self._waiting = self._waiting, collections.deque()
+        for message in waiting:
+            self._dispatch(message, requeued=True)
 
-    def _begin_load(self) -> None:
+    def _partition_of(self, group_id: str) -> int:
+        return offsets_partition(group_id, self._partition_count)
+
+    def _serves(self, group_id: str) -> bool:
+        return self._partition_of(group_id) in self._loaded
+
+    def _incarnation(self, group_id: str) -> int | None:
+        """Which load of the group's partition is served (None: none). An append's answer
+        changes what is served only if this is unchanged since the append went out: else
+        the partition was unloaded meanwhile (and read again since, append included)."""
+        return self._loaded.get(self._partition_of(group_id))
+
+    # Creating `__consumer_offsets` ------------------------------------------------------------
+
+    def _find_topic(self) -> None:
+        """Create the topic if it is missing; once it exists, load what this shard owns."""
         if self._phase != _Phase.NEW:
             return
         table = self.services.topics()
@@ -239,130 +304,108 @@ class GroupCoordinator(LoopActor):
                 CreateTopics([spec], False, lambda results: me.tell(_Created(results)))
             )
             return
-        self._phase = _Phase.LOADING
-        info = table.topics[OFFSETS_TOPIC]
-        refs = [
-            (p, self.services.partition(OFFSETS_TOPIC, p))
-            for p in range(info.partitions)
-            if self._owns(p)
-        ]
-        local = [(p, ref) for p, ref in refs if ref is not None]
-        self._loads_left = len(local)
-        self._load_started_ms = now_ms()
-        for p, ref in local:
-            self._read(p, ref, 0)
-        if not local:
-            self._become_ready()
+        self._phase = _Phase.READY
+        self._partition_count = table.topics[OFFSETS_TOPIC].partitions
+        self._reconcile()
+        self._wake()
 
     def _created(self, m: _Created) -> None:
         result = m.results[0]
+        self._phase = _Phase.NEW
         if result.error not in (ErrorCode.NONE, ErrorCode.TOPIC_ALREADY_EXISTS):
             log.error("cannot create %s: %s %s", OFFSETS_TOPIC, result.error.name, result.message)
-            self._phase = _Phase.NEW
             waiting, self._waiting = self._waiting, collections.deque()
             for message in waiting:
-                self._answer_unready(message, ErrorCode.COORDINATOR_NOT_AVAILABLE)
+                self._refuse(message, ErrorCode.COORDINATOR_NOT_AVAILABLE)
             return
-        self._phase = _Phase.NEW
-        self._begin_load()
+        self._find_topic()
 
-    def _read(self, partition: int, ref: ActorRef[Any], offset: int) -> None:
-        me = self.actor_ref
-        size = limits.load_read_bytes_max
+    # Ownership --------------------------------------------------------------------------------
 
-        def reply(result: ReadResult) -> None:
-            me.tell(_Loaded(partition, offset, result))
-
-        if not _tell(ref, Read(offset, size, -1, FetchBudget(size), reply)):
-            reply(ReadResult(ErrorCode.NOT_LEADER_OR_FOLLOWER))
-
-    def _loaded(self, m: _Loaded) -> None:
-        result = m.result
-        ref = self.services.partition(OFFSETS_TOPIC, m.partition)
-        if result.error == ErrorCode.OFFSET_OUT_OF_RANGE and m.offset < result.log_start_offset:
-            if ref is not None:
-                self._read(m.partition, ref, result.log_start_offset)
-                return
-        if result.error != ErrorCode.NONE:
-            log.error(
-                "loading %s-%d at %d: %s", OFFSETS_TOPIC, m.partition, m.offset, result.error.name
-            )
-            self._partition_loaded()
+    def _ownership(self, m: OffsetsOwnership) -> None:
+        self._owned = frozenset(m.partitions)
+        self._failed.clear()  # named again: a failed load is tried again
+        if self._phase == _Phase.NEW and OFFSETS_TOPIC in self.services.topics().topics:
+            self._find_topic()
             return
-        next_offset = m.offset
-        if result.records is not None:
-            records = result.records
-            data = records.read() if isinstance(records, FileSlice) else bytes(records)
-            next_offset = self._replay(data, m.offset)
-        if next_offset >= result.high_watermark or next_offset == m.offset or ref is None:
-            self._partition_loaded()
+        self._reconcile()
+        self._wake()
+
+    def _reconcile(self) -> None:
+        """Unload what is no longer owned; load what is owned and neither loaded, loading
+        nor failed."""
+        if self._phase != _Phase.READY:
+            return
+        count = self._partition_count
+        if self._owned is None:
+            owned = {p for p in range(count) if self._owns(p)}
         else:
-            self._read(m.partition, ref, next_offset)
+            owned = {p for p in self._owned if 0 <= p < count}
+        for p in sorted((self._loads.keys() | self._loaded.keys()) - owned):
+            self._unload(p)
+        for p in sorted(owned - self._loads.keys() - self._loaded.keys() - self._failed):
+            self._loader.start(p)
 
-    def _replay(self, data: bytes, offset: int) -> int:
-        """Apply the whole batches in `data`; return the offset after the last one."""
-        position = 0
-        while True:
-            size = batch_length_at(data, position)
-            if size is None or position + size > len(data):
-                return offset
-            try:
-                header, records = decode_batch(data[position : position + size])
-            except DecodeError as e:
-                log.error("%s: bad batch at offset %d: %s; skipped", OFFSETS_TOPIC, offset, e)
-                return offset
-            for record in records:
-                if record.offset >= offset and record.key is not None:
-                    self._replay_record(record.key, record.value)
-            offset = max(offset, header.next_offset)
-            position += size
+    def _unload(self, partition: int) -> None:
+        """Forget p's groups and offsets; their waiting joins and syncs (and, on `_wake`,
+        the requests queued for p) are answered NOT_COORDINATOR."""
+        if self._loader.cancel(partition):
+            log.info("%s-%d: no longer owned; its load stops", OFFSETS_TOPIC, partition)
+            return
+        del self._loaded[partition]
+        gone = [g for g in self._groups.keys() | self._offsets.keys()
+                if self._partition_of(g) == partition]
+        for group_id in gone:
+            group = self._groups.pop(group_id, None)
+            self._offsets.pop(group_id, None)
+            self._set_timer(group_id, None)
+            self._expiring.discard(group_id)
+            if group is not None:
+                for effect in group.unload():
+                    if isinstance(effect, Reply):
+                        effect.to(effect.result)
+        log.info("%s-%d: no longer owned; %d groups forgotten", OFFSETS_TOPIC, partition,
+                 len(gone))
 
-    def _replay_record(self, key_bytes: bytes, value: bytes | None) -> None:
-        try:
-            key = decode_key(key_bytes)
-            if isinstance(key, OffsetKey):
-                offsets = self._offsets.setdefault(key.group_id, {})
-                if value is None:
-                    offsets.pop((key.topic, key.partition), None)
-                else:
-                    offsets[(key.topic, key.partition)] = decode_offset_value(value)
-            elif isinstance(key, GroupKey):
-                if value is not None:
-                    self._restored[key.group_id] = decode_group_value(value)
-                else:
-                    self._restored.pop(key.group_id, None)
-        except DecodeError as e:
-            log.error("%s: record does not decode: %s; skipped", OFFSETS_TOPIC, e)
+    # Loads ending (actors/group/loading.py) -------------------------------------------------
 
-    def _partition_loaded(self) -> None:
-        self._loads_left -= 1
-        if self._loads_left == 0:
-            self._become_ready()
+    def _load_failed(self, load: PartitionLoad, error: ErrorCode, offset: int) -> None:
+        log.error("loading %s-%d at %d: %s", OFFSETS_TOPIC, load.partition, offset, error.name)
+        if self._owned is None:
+            # One node (`owns`, fixed): nothing will name the partition again; serve what
+            # was read, as before ownership moved.
+            self._load_done(load)
+            return
+        self._failed.add(load.partition)
+        self._wake()  # its waiting requests: NOT_COORDINATOR
 
-    def _become_ready(self) -> None:
+    def _load_done(self, load: PartitionLoad) -> None:
+        """Serve the partition: its replayed groups and offsets join the served ones."""
+        self._loaded[load.partition] = load.load_id
         now = now_ms()
-        restored, self._restored = self._restored, {}
-        for group_id, snapshot in restored.items():
+        for group_id, offsets in load.offsets.items():
+            self._offsets[group_id] = offsets
+        for group_id, snapshot in load.restored.items():
             group = self._group(group_id)
             group.restore(snapshot, now)
             self._run(group, group.tick(now))
-        for group_id, offsets in self._offsets.items():
+        for group_id, offsets in load.offsets.items():
             if offsets:
                 self._group(group_id)
-        self._phase = _Phase.READY
-        self._schedule_expiry()
+        if self._expiry_timer is None:
+            self._schedule_expiry()
         log.info(
-            "group coordinator ready in %d ms: %d groups, %d with offsets",
-            now - self._load_started_ms if self._load_started_ms else 0,
-            len(self._groups),
-            sum(1 for o in self._offsets.values() if o),
+            "%s-%d loaded in %d ms: %d groups, %d with offsets",
+            OFFSETS_TOPIC,
+            load.partition,
+            now - load.started_ms,
+            len(load.restored.keys() | {g for g, o in load.offsets.items() if o}),
+            sum(1 for o in load.offsets.values() if o),
         )
-        waiting, self._waiting = self._waiting, collections.deque()
-        for message in waiting:
-            self.on_receive(message)
+        self._wake()
 
-    def _answer_unready(self, message: Any, error: ErrorCode) -> None:
-        """Answer a request that cannot wait for the load with `error`."""
+    def _refuse(self, message: Any, error: ErrorCode) -> None:
+        """Answer a request that cannot be served here (now) with `error`."""
         if isinstance(message, Join):
             message.reply(JoinResult(error, member_id=message.member_id))
         elif isinstance(message, Sync):
@@ -379,7 +422,14 @@ class GroupCoordinator(LoopActor):
             message.reply([error] * len(message.group_ids))
         elif isinstance(message, DeleteOffsets):
             message.reply(error, [error] * len(message.partitions))
-        elif isinstance(message, FetchOffsets | DescribeGroups | ListGroups):
+        elif isinstance(message, FetchOffsets):
+            if message.with_error:
+                message.reply(error, [])
+            else:
+                message.reply([])
+        elif isinstance(message, DescribeGroups):
+            message.reply([_not_described(g, error) for g in message.group_ids])
+        elif isinstance(message, ListGroups):
             message.reply([])
 
     # Group membership ---------------------------------------------------------------------------
@@ -391,7 +441,7 @@ class GroupCoordinator(LoopActor):
         return group
 
     def _ensure_ready(self, m: EnsureReady) -> None:
-        m.reply(ErrorCode.NONE)
+        m.reply(ErrorCode.NONE)  # dispatched only once its partition (or every one) loaded
 
     def _group_event(self, e: Join | Sync | Heartbeat | Leave) -> None:
         now = now_ms()
@@ -488,10 +538,12 @@ class GroupCoordinator(LoopActor):
         if not records:
             m.reply(errors)
             return
+        incarnation = self._incarnation(m.group_id)
 
         def appended(error: ErrorCode) -> None:
             if error == ErrorCode.NONE:
-                self._offsets.setdefault(m.group_id, {}).update(values)
+                if self._incarnation(m.group_id) == incarnation:
+                    self._offsets.setdefault(m.group_id, {}).update(values)
                 m.reply(errors)
             else:
                 failed = _commit_error(error)
@@ -502,9 +554,13 @@ class GroupCoordinator(LoopActor):
     def _fetch(self, m: FetchOffsets) -> None:
         offsets = self._offsets.get(m.group_id, {})
         if m.partitions is None:
-            m.reply([FetchedOffset(t, p, v) for (t, p), v in sorted(offsets.items())])
+            fetched = [FetchedOffset(t, p, v) for (t, p), v in sorted(offsets.items())]
         else:
-            m.reply([FetchedOffset(t, p, offsets.get((t, p))) for t, p in m.partitions])
+            fetched = [FetchedOffset(t, p, offsets.get((t, p))) for t, p in m.partitions]
+        if m.with_error:
+            m.reply(ErrorCode.NONE, fetched)
+        else:
+            m.reply(fetched)
 
     def _delete_offsets(self, m: DeleteOffsets) -> None:
         group = self._groups.get(m.group_id)
@@ -572,7 +628,11 @@ class GroupCoordinator(LoopActor):
 
     def _expired(self, group_id: str, doomed: list[tuple[str, int]],
                  goes: bool) -> Callable[[ErrorCode], None]:
+        incarnation = self._incarnation(group_id)
+
         def done(error: ErrorCode) -> None:
+            if self._incarnation(group_id) != incarnation:
+                return  # its partition was unloaded meanwhile (`_expiring` with it)
             self._expiring.discard(group_id)
             if error != ErrorCode.NONE:
                 return  # the next pass tries again
@@ -598,6 +658,9 @@ class GroupCoordinator(LoopActor):
     def _describe(self, m: DescribeGroups) -> None:
         described = []
         for group_id in m.group_ids:
+            if not self._serves(group_id):
+                described.append(_not_described(group_id, ErrorCode.NOT_COORDINATOR))
+                continue
             group = self._groups.get(group_id)
             if group is None:
                 described.append(GroupDescription(group_id, GroupState.DEAD.value, "", "", []))
@@ -636,6 +699,9 @@ class GroupCoordinator(LoopActor):
         if not m.group_ids:
             m.reply([])
         for index, group_id in enumerate(m.group_ids):
+            if not self._serves(group_id):
+                settle(index, ErrorCode.NOT_COORDINATOR)
+                continue
             group = self._groups.get(group_id)
             if group is None:
                 settle(index, ErrorCode.GROUP_ID_NOT_FOUND)
@@ -662,11 +728,7 @@ class GroupCoordinator(LoopActor):
         """Append one batch to the group's offsets partition; `done(error)` runs later, in
         this actor, once it is produced (acks=-1) or has failed."""
         me = self.actor_ref
-        info = self.services.topics().topics.get(OFFSETS_TOPIC)
-        ref = None
-        if info is not None:
-            partition = offsets_partition(group_id, info.partitions)
-            ref = self.services.partition(OFFSETS_TOPIC, partition)
+        ref = self.services.partition(OFFSETS_TOPIC, self._partition_of(group_id))
         if ref is None:
             me.tell(_Appended(done, ErrorCode.NOT_COORDINATOR))
             return
@@ -687,15 +749,27 @@ class GroupCoordinator(LoopActor):
             me.tell(_Appended(done, ErrorCode.NOT_COORDINATOR))
 
 
+def _not_described(group_id: str, error: ErrorCode) -> GroupDescription:
+    return GroupDescription(group_id, "", "", "", [], error)
+
+
 def _settler(settle: Callable[[int, ErrorCode], None], index: int) -> Callable[[ErrorCode], None]:
     return lambda error: settle(index, _commit_error(error))
+
+
+def _metadata_error(error: ErrorCode) -> ErrorCode:
+    """As `_commit_error`, but a group's metadata too large is no commit's fault (Kafka:
+    UNKNOWN_SERVER_ERROR)."""
+    if error in (ErrorCode.MESSAGE_TOO_LARGE, ErrorCode.RECORD_LIST_TOO_LARGE):
+        return ErrorCode.UNKNOWN_SERVER_ERROR
+    return _commit_error(error)
 
 
 def _release(held: list[Reply]) -> Callable[[ErrorCode], None]:
     """Send replies held behind a Persist; if it failed, each says so instead."""
 
     def done(error: ErrorCode) -> None:
-        failed = _commit_error(error)
+        failed = _metadata_error(error)
         for effect in held:
             result = effect.result
             if error != ErrorCode.NONE and result.error == ErrorCode.NONE:

@@ -1,6 +1,9 @@
 """Messages to the GroupCoordinator besides the group events of `actors.group.events`: plain
 values and a reply callback each, so a coordinator on another shard differs only by its
 ActorRef. Requests for a group id go to `Services.group_coordinator(group_id)`.
+
+`OffsetsOwnership` is the one message from the shard itself rather than a request: which
+`__consumer_offsets` partitions the coordinator owns, as their leadership moves.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from actors.group.log_records import OffsetValue
 from wire.errors import ErrorCode
 
 __all__ = [
+    "OffsetsOwnership",
     "EnsureReady",
     "CommitOffsets",
     "CommitEntry",
@@ -28,10 +32,28 @@ __all__ = [
 ]
 
 
+class OffsetsOwnership(NamedTuple):
+    """From the shard: the whole set of `__consumer_offsets` partitions this coordinator owns
+    from now on, sent whenever a local offsets partition gains or loses leadership (the
+    partitions whose replica on this shard is the Raft leader).
+
+    Until the first one arrives, the `owns(p)` given at start decides, once and for all (one
+    node: the shard that hosts p owns it). The first one replaces `owns` for good. A partition
+    named is read from its log start and served once replayed; one left out is forgotten at
+    once (its requests are answered NOT_COORDINATOR); one whose load failed is owned again
+    only when a later OffsetsOwnership names it again."""
+
+    partitions: frozenset[int]
+
+
 class EnsureReady(NamedTuple):
-    """FindCoordinator: reply NONE once the offsets topic exists and is loaded."""
+    """FindCoordinator and Metadata: reply once `__consumer_offsets` exists (it is created
+    now if it does not) and is loaded. With a `group_id`: once that group's partition is
+    loaded (NONE), or at once NOT_COORDINATOR if this coordinator does not own it. Without:
+    once no partition this coordinator owns is still loading (always NONE)."""
 
     reply: Callable[[ErrorCode], None]
+    group_id: str | None = None
 
 
 class CommitEntry(NamedTuple):
@@ -58,9 +80,14 @@ class FetchedOffset(NamedTuple):
 
 
 class FetchOffsets(NamedTuple):
+    """`reply(error, fetched)` with `with_error`; else the older form `reply(fetched)`, which
+    cannot say the coordinator moved (NOT_COORDINATOR is then an empty list): a caller should
+    set `with_error`."""
+
     group_id: str
     partitions: list[tuple[str, int]] | None  # None: every committed partition
-    reply: Callable[[list[FetchedOffset]], None]
+    reply: Callable[..., None]
+    with_error: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +97,7 @@ class GroupDescription:
     protocol_type: str
     protocol_name: str
     members: list[MemberDescription]
+    error: ErrorCode = ErrorCode.NONE  # NOT_COORDINATOR: the group's partition is not ours
 
 
 class DescribeGroups(NamedTuple):

@@ -251,6 +251,24 @@ class Group:
         self.state = GroupState.DEAD
         return ErrorCode.NONE
 
+    def unload(self) -> list[Effect]:
+        """The coordinator no longer owns the group (its offsets partition moved): answer the
+        JoinGroup and SyncGroup requests still waiting with NOT_COORDINATOR, so the members
+        look the coordinator up again, and go Dead (Kafka's onGroupUnloaded)."""
+        for member in self._members.values():
+            if member.join_reply is not None:
+                reply, member.join_reply = member.join_reply, None
+                self._reply(reply, JoinResult(ErrorCode.NOT_COORDINATOR, member.member_id))
+            if member.sync_reply is not None:
+                reply, member.sync_reply = member.sync_reply, None
+                self._reply(reply, SyncResult(ErrorCode.NOT_COORDINATOR))
+        self.state = GroupState.DEAD
+        self._members.clear()
+        self._static.clear()
+        self._pending.clear()
+        self._join_deadline_ms = None
+        return self._flush()
+
     def restore(self, snapshot: GroupSnapshot, now_ms: int) -> None:
         """Load a persisted generation: Stable with its members, or Empty."""
         assert self.state == GroupState.EMPTY and not self._members, "restore into a used group"

@@ -342,6 +342,24 @@ def test_follower_sync_waits_for_the_leader() -> None:
     assert [m.assignment for m in effects[0].snapshot.members] == [b"A", b"B"]
 
 
+def test_unload_answers_waiting_joins_and_syncs_not_coordinator() -> None:
+    g = new_group()
+    g.join(join(client="a", tag="a-join"), 0)  # waits out the initial delay
+    effects = g.unload()
+    assert replies(effects) == {"a-join": replies(effects)["a-join"]}
+    assert replies(effects)["a-join"].error == E.NOT_COORDINATOR
+    assert g.state == S.DEAD and SetTimer(None) in effects
+    assert replies(g.unload()) == {}  # answered once
+
+    g = new_group()
+    g.join(join(client="a"), 0)
+    g.join(join(client="b", tag="b"), 0)
+    g.tick(DELAY_MS)
+    g.sync(sync("b-2", 1, tag="follower"), DELAY_MS)  # waits for the leader's
+    answered = replies(g.unload())
+    assert answered["follower"].error == E.NOT_COORDINATOR and len(answered) == 1
+
+
 def test_rebalance_timeout_drops_members_that_do_not_rejoin() -> None:
     g, now = _two_member_stable()
     g.join(join("b-2", tag="b"), now)  # b's protocols changed? no: a follower's rejoin
