@@ -70,6 +70,8 @@ class RaftHost:
         self._timer: asyncio.TimerHandle | None = None
         self._refresh: asyncio.TimerHandle | None = None
         self._topic_ids: Callable[[str], bytes | None] = lambda _t: None
+        # Told of every change of a local replica's role (the shard: coordinators follow).
+        self.on_role_change: Callable[[str, int], None] = lambda _topic, _index: None
 
     def bind(self, router: Router, mesh: NodeMesh, shards_of: Callable[[int], int],
              topic_ids: Callable[[str], bytes | None]) -> None:
@@ -137,6 +139,7 @@ class RaftHost:
             self._versions.pop(key, None)
             update = LeaderUpdate(topic, topic_id, index, leader, epoch)
         self.leaders.update(update)
+        self.on_role_change(topic, index)
 
     # Leaders -------------------------------------------------------------------------------------
 

@@ -46,6 +46,7 @@ from actors.connection import Connection
 from actors.controller import Controller, load_cluster_id, load_topic_table
 from actors.group import OFFSETS_TOPIC, offsets_partition
 from actors.group.coordinator import GroupCoordinator
+from actors.group.messages import OffsetsOwnership
 from actors.handlers.join import send as send_to
 from actors.metrics import ShardMetrics
 from actors.partition import Delete, Partition, UpdateSettings
@@ -181,6 +182,7 @@ class Shard:
         self._cluster_nodes: dict[int, NodeInfo] = {}  # registered nodes (Metadata's brokers)
         self._controller_leader: int | None = None
         self._controller_actor: ClusterController | None = None
+        self._offsets_led: frozenset[int] | None = None  # last told to the coordinator
         if self.cluster:
             self.raft = RaftHost(
                 config.node_id, shard_id, self.loop, self.settings.data_dir, self.run_blocking,
@@ -475,6 +477,7 @@ class Shard:
                               expires=self._node_mesh.is_remote)
         assert self.raft is not None
         self.raft.bind(self._router, self._node_mesh, self._shards_of, self._topic_id)
+        self.raft.on_role_change = self._role_changed
 
     def _shards_of(self, node: int) -> int:
         if node == self.config.node_id:
@@ -528,7 +531,6 @@ class Shard:
     def leaders_heard(self, updates: list[Any]) -> None:
         if self.raft is not None:
             self.raft.heard(updates)
-            self._offsets_leadership_changed()
 
     def cluster_changed(self, controller_leader: int | None, nodes: dict[int, NodeInfo]) -> None:
         """Shard 0's controller says who leads it and which nodes are registered."""
@@ -541,8 +543,22 @@ class Shard:
                               if n not in peers})
                 self._node_mesh.set_peers(peers)
 
+    def _role_changed(self, topic: str, _index: int) -> None:
+        if topic == OFFSETS_TOPIC:
+            self._offsets_leadership_changed()
+
     def _offsets_leadership_changed(self) -> None:
-        """Tell the group coordinator which `__consumer_offsets` partitions it owns now."""
+        """Tell this shard's group coordinator which `__consumer_offsets` partitions it owns
+        now: those whose replica here leads (a coordinator moves with its partition's
+        leader, actors/group/coordinator.py)."""
+        coordinator = self._group_coordinator
+        if coordinator is None:
+            return
+        led = frozenset(index for (topic, index), ref in self._partitions.items()
+                        if topic == OFFSETS_TOPIC and _leads(ref))
+        if led != self._offsets_led:
+            self._offsets_led = led
+            coordinator.tell(OffsetsOwnership(led))
 
     def snapshot(self) -> dict[str, Any]:
         """What this shard reports to the supervisor's admin server (shards/stats.py)."""
@@ -587,8 +603,10 @@ class Shard:
                 raft.append(status)
         extra: dict[str, Any] = {"raft": raft}
         if self.shard_id == 0 and self._controller is not None:
-            extra["controller"] = {"leader": self.controller_id(),
-                                   "nodes": sorted(self._cluster_nodes)}
+            actor = self._controller_actor
+            extra["controller"] = {
+                "leader": self.controller_id(), "nodes": sorted(self._cluster_nodes),
+                "term": actor.status()["term"] if actor is not None else -1}
         if self._node_mesh is not None:
             extra["node_rpc"] = self._node_mesh.snapshot()
         return extra

@@ -64,7 +64,7 @@ def handle(ctx: Any, request: OffsetFetchRequest) -> None:
     join = Join(len(queries), done)
     for index, (group_id, wanted) in enumerate(queries):
         slot = join.slot(index)
-        message = FetchOffsets(group_id, wanted, _ok(slot))
+        message = FetchOffsets(group_id, wanted, _answer(slot, wanted), with_error=True)
         if not tell_coordinator(ctx, group_id, message):
             slot(_failed(wanted, ErrorCode.NOT_COORDINATOR))
 
@@ -75,8 +75,13 @@ def _wanted(topics: Any) -> list[tuple[str, int]] | None:
     return [(t.name, p) for t in topics for p in t.partition_indexes]
 
 
-def _ok(slot: Any) -> Any:
-    return lambda fetched: slot((ErrorCode.NONE, fetched))
+def _answer(slot: Any, wanted: list[tuple[str, int]] | None) -> Any:
+    """The coordinator's answer; an error (NOT_COORDINATOR: the group's partition moved)
+    reaches the client, which looks the coordinator up again, instead of an empty list it
+    would take for "nothing committed"."""
+    def answer(error: ErrorCode, fetched: list[FetchedOffset]) -> None:
+        slot((error, fetched) if error == ErrorCode.NONE else _failed(wanted, error))
+    return answer
 
 
 def _failed(wanted: list[tuple[str, int]] | None, error: ErrorCode) -> _Fetched:

@@ -80,4 +80,10 @@ def handle(ctx: Any, request: DescribeGroupsRequest) -> None:
 
 
 def _first(slot: Any) -> Any:
-    return lambda described: slot((ErrorCode.NONE, described[0]))
+    def first(described: list[Any]) -> None:
+        if not described:  # refused (its waiting queue full): retriable
+            slot((ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, None))
+            return
+        d = described[0]
+        slot((d.error, d if d.error == ErrorCode.NONE else None))
+    return first

@@ -33,11 +33,6 @@ LINE_WAIT_S = 90.0  # the ready line: three interpreters, recoveries, an electio
 STOP_WAIT_S = 60.0  # SIGINT to every process gone (UP_STOP_TIMEOUT_S is 40)
 TOPIC, PARTITIONS = "orders", 3
 HEALTHY_WAIT_S = 30.0  # a new topic's partitions elect their leaders
-# NEEDS THE REPLICATION WIRING (issue 17). Tests under this mark check what a cluster does
-# once its nodes are wired together (Metadata's brokers from the controller's node registry,
-# replicated topics); until then each node is a node of its own. Remove the mark when it lands.
-NEEDS_WIRING = pytest.mark.xfail(reason="issue 17: the nodes are not wired into one cluster "
-                                 "yet", strict=False)
 NODE_LINE = re.compile(r"^node (\d+): kafka (\S+), admin (\S+), pid (\d+), log (\S+)$")
 
 
@@ -203,24 +198,25 @@ def test_every_node_is_ready_and_takes_kafka_connections(up: tuple[Up, list[Loca
         socket.create_connection((host, int(port)), timeout=5).close()
 
 
-# NEEDS THE REPLICATION WIRING (issue 17): Metadata's brokers come from the controller's node
-# registry; until that lands each node lists only itself.
-@NEEDS_WIRING
 def test_every_node_lists_every_broker(up: tuple[Up, list[LocalNode]]) -> None:
     from confluent_kafka.admin import AdminClient
 
     _, nodes = up
     for node in nodes:
-        metadata = AdminClient({"bootstrap.servers": node.kafka}).list_topics(timeout=30)
+        admin = AdminClient({"bootstrap.servers": node.kafka})
+        # Nodes register with the controller once it has a leader: a moment after ready.
+        wait_for(lambda: len(admin.list_topics(timeout=30).brokers) == NODES,  # noqa: B023
+                 HEALTHY_WAIT_S, f"{node.kafka} lists every broker")
+        metadata = admin.list_topics(timeout=30)
         assert sorted(metadata.brokers) == [1, 2, 3], (node, metadata.brokers)
         assert {f"{b.host}:{b.port}" for b in metadata.brokers.values()} == {
             n.kafka for n in nodes}
         assert metadata.controller_id in (1, 2, 3)
 
 
-# NEEDS THE REPLICATION WIRING (issue 17): `cluster info` and `cluster health` on a real
-# cluster (topics with 3 replicas, Metadata's replicas and ISR, each leader's /v1/partitions,
-# the controller in each node's health overview).
+# `cluster info` and `cluster health` on a real cluster (topics with 3 replicas, Metadata's
+# replicas and ISR, each leader's /v1/partitions, the controller in each node's health
+# overview).
 
 
 def cluster_cli(nodes: list[LocalNode], *args: str) -> subprocess.CompletedProcess[str]:
@@ -228,7 +224,6 @@ def cluster_cli(nodes: list[LocalNode], *args: str) -> subprocess.CompletedProce
     return krill("-b", nodes[0].kafka, "--admin", admins, "cluster", *args)
 
 
-@NEEDS_WIRING
 def test_cluster_health_and_info_of_a_replicated_topic(up: tuple[Up, list[LocalNode]]) -> None:
     _, nodes = up
     created = krill("-b", nodes[0].kafka, "topic", "create", TOPIC, "-p", str(PARTITIONS),
@@ -271,7 +266,6 @@ def test_a_node_that_dies_is_told_and_the_others_run_on(up: tuple[Up, list[Local
         assert admin_status(node.admin, "/v1/status/ready") == 200, node
 
 
-@NEEDS_WIRING
 def test_cluster_health_names_the_dead_node(up: tuple[Up, list[LocalNode]]) -> None:
     """Node 2 was killed above: the survivors elect leaders where it led, and health says
     node 2 is down (its admin API does not answer), exit 1."""
