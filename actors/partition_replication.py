@@ -104,6 +104,12 @@ class Replication:
         self.replica = Replica(self.group, machine, self, raft.hard_states, raft.schedule)
         p = self.partition
         raft.register(p.topic, p.index, self.tick)
+        if self.replicas[0] == raft.address:
+            # The preferred leader (placement spreads them over nodes and shards) asks for
+            # votes at once: a new topic has its leaders where placement put them, without
+            # waiting out a timeout. Where a leader is already heard (a restart), the others'
+            # lease refuses the pre-vote and nothing changes.
+            self.replica.campaign()
 
     def stop(self) -> None:
         """The partition stops (a shard stopping: hand leadership over if we lead)."""
@@ -174,9 +180,9 @@ class Replication:
     def proposed(self, base_offset: int, records: int) -> None:
         """The leader appended `records` offsets from `base_offset` (refuse_append said yes
         in this same turn, so the machine takes them)."""
-        proposed = self.machine.propose(records) if self.replica is not None else None
+        assert self.replica is not None
+        proposed = self.replica.propose(records)
         assert proposed is not None and proposed.base == base_offset, (proposed, base_offset)
-        self.replica._soon()  # type: ignore[union-attr]
 
     def leader_ready(self) -> bool:
         """Whether this leader's high watermark has caught up with its election (KIP-207)."""

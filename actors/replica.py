@@ -196,6 +196,11 @@ class Replica:
         self.machine.flushed(offset, term)
         self._soon()
 
+    def campaign(self) -> None:
+        """Ask for votes now (a preferred leader starting), not after an election timeout."""
+        self.machine.campaign()
+        self._soon()
+
     def unreachable(self, peer: Any) -> None:
         self.machine.report_unreachable(peer)
         self._soon()
