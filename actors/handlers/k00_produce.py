@@ -34,7 +34,7 @@ PartitionProduceResponse = ProduceResponse.PartitionProduceResponse
 
 _VALID_ACKS = (0, 1, -1)
 _ACKS_ALL = -1
-# Replicas in sync per partition: one node and no replication yet, so the leader alone.
+# Replicas in sync per partition of a node of its own: the leader alone.
 _IN_SYNC_REPLICAS = 1
 _CODEC_MAX = 4  # zstd
 
@@ -99,16 +99,21 @@ def _check(
 
 
 def _check_in_sync(services: Any, topic: str, index: int) -> tuple[ErrorCode | None, str | None]:
-    """NOT_ENOUGH_REPLICAS when the topic asks more replicas in sync than there are."""
+    """NOT_ENOUGH_REPLICAS when the topic asks more replicas in sync than an acknowledgement
+    guarantees: one on a node of its own; in a cluster a Raft majority of the replicas (a
+    write is acknowledged once that many have it on disk, Kafka's min.insync.replicas rule
+    for every setting up to it)."""
     info = services.topics().topics.get(topic)
     if info is None or not 0 <= index < info.partitions:
         return None, None  # no such partition: the partition lookup answers
     wanted = min_insync_replicas(info.configs)
-    if wanted <= _IN_SYNC_REPLICAS:
+    leader = services.partition_leader(topic, index)
+    guaranteed = _IN_SYNC_REPLICAS if leader is None else len(leader[2]) // 2 + 1
+    if wanted <= guaranteed:
         return None, None
     return ErrorCode.NOT_ENOUGH_REPLICAS, (
-        f"{_IN_SYNC_REPLICAS} replica in sync for {topic}-{index}, fewer than its "
-        f"min.insync.replicas {wanted}"
+        f"{guaranteed} replica(s) in sync for {topic}-{index} (a majority of its "
+        f"{1 if leader is None else len(leader[2])}), fewer than its min.insync.replicas {wanted}"
     )
 
 
