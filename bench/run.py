@@ -62,9 +62,14 @@ SATURATION_CASES = ["saturation"]
 SCENARIO_CASES = ["runner_overhead", "scenario_library", "sim_seeds"]
 # bench/raft.py: the pure Raft machine over seeded random clusters (actors/raft/).
 RAFT_CASES = ["raft_seeds", "node_rpc"]  # bench/raft.py, bench/node_rpc.py
+# bench/cluster.py: 3 nodes x RF=3 beside 1 node, failover, catch-up, idle heartbeats.
+CLUSTER_CASES = [
+    "cluster_vs_single", "cluster_failover", "cluster_catch_up", "cluster_idle_heartbeats",
+]
 ALL_CASES = [
     "ceilings", *PRODUCE_CASES, "rss_100_partitions", *SHARD_CASES, *GROUP_CASES,
     *RUNNING_CASES, *LIFECYCLE_CASES, *SATURATION_CASES, *SCENARIO_CASES, *RAFT_CASES,
+    *CLUSTER_CASES,
 ]
 
 
@@ -1123,6 +1128,10 @@ def main(argv: list[str] | None = None) -> int:
                 from bench import raft
 
                 emit(raft.raft_seeds(args))
+        elif case in CLUSTER_CASES:
+            from bench import cluster
+
+            emit(cluster.CLUSTER_CASES[case](args))
     log(f"done in {time.monotonic() - t0:.1f}s" + (f"; results in {out_path}" if out_path else ""))
     return 1 if failed else 0
 
