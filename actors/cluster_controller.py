@@ -135,6 +135,8 @@ class ControllerHost(Protocol):
     def schedule(self, fn: Callable[[], None]) -> None: ...
     def later(self, delay_s: float, fn: Callable[[], None]) -> Any: ...
     def live_nodes(self) -> set[int]: ...
+    def fatal(self, reason: str) -> None:
+        """Stop the node: the controller cannot go on (its log's durability is unknown)."""
 
 
 class ClusterController(LoopActor):
@@ -342,8 +344,10 @@ class ClusterController(LoopActor):
         if log_ is None:
             return
         if m.error is not None:
-            log.critical("controller log fdatasync failed: %r; stopping the node", m.error)
-            raise SystemExit(1)  # the node stops: the controller log's durability is unknown
+            # What the controller log holds on disk is unknown: this node must not vote or
+            # acknowledge on it. It stops; a restart recovers the log and Raft repairs it.
+            self.host.fatal(f"controller log fdatasync failed: {m.error!r}")
+            return
         log_.flush_complete(m.ticket)
         if m.term is not None and self._replica is not None:
             self._replica.flushed(log_.flushed_offset - 1, m.term)

@@ -532,6 +532,13 @@ class Partition(LoopActor):
                       self._flush_failures, error)
         step = self._window.flush_failed()
         assert self._window.written_offset == durable, (durable, self._window)
+        if self._replication is not None:
+            # The log is also the replica's Raft log, and its machine was told of appends now
+            # cut: the replica leaves its group (it acknowledged nothing it had not flushed)
+            # and takes no writes; a restart recovers the log and the leader repairs it.
+            log.critical("%s: replica offline after a failed fdatasync until a restart", self)
+            self._replication.stop()
+            self.storage_failed()
         return step
 
     def _flush_done(self, m: _FlushDone) -> None:

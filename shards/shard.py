@@ -809,6 +809,11 @@ class _ControllerHost:
     def live_nodes(self) -> set[int]:
         return set(self.shard._cluster_nodes)  # noqa: SLF001
 
+    def fatal(self, reason: str) -> None:
+        log.critical("%s; stopping the node", reason)
+        self.shard.exit_code = EXIT_PIPE_BROKEN
+        self.shard.stop()
+
 
 def _leads(ref: Any) -> bool:
     """Whether a partition actor is a replicated partition's leader (read on the loop)."""
