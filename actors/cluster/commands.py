@@ -9,9 +9,9 @@ number and reads no clock.
 The encoding is a msgpack array, the format first, then the command's tag, then its fields
 in the order the record declares them:
 
-    RegisterNode(NodeInfo(1, "h1", 9092, "h1", 33145, 2, 2000))
-        -> [1, 1, 1, "h1", 9092, "h1", 33145, 2, 2000, None]
-    DeleteTopic("orders", b"\\x9a...")  ->  [1, 3, "orders", b"\\x9a..."]
+    RegisterNode(NodeInfo(1, "h1", 9092, "h1", 33145, 2, 2000, None, "h1:9093"))
+        -> [2, 1, 1, "h1", 9092, "h1", 33145, 2, 2000, None, "h1:9093"]
+    DeleteTopic("orders", b"\\x9a...")  ->  [2, 3, "orders", b"\\x9a..."]
 
 Replicas travel flat, `[node, shard, node, shard, ...]` per partition, the leader first. A
 snapshot (`Snapshot`) is written in the same terms: the nodes' fields and, for each topic, the
@@ -19,9 +19,11 @@ fields of a CreateTopic that would make it as it is now.
 
 Growing the format: a later format appends fields at the end of a command's array (never
 reorders or retypes one) and bumps `FORMAT`; `decode` reads every format up to its own,
-giving the fields an older format lacked their defaults. A format newer than the decoder's
-is a `CommandError`: a node must not apply a command it half understands (its state would
-differ from its peers'), so it stops applying until it is upgraded.
+giving the fields an older format lacked their defaults (format 2 added a node's reader
+address, `NodeInfo.reader`, at the end of RegisterNode and of a snapshot's node). A format
+newer than the decoder's is a `CommandError`: a node must not apply a command it half
+understands (its state would differ from its peers'), so it stops applying until it is
+upgraded.
 
 `decode` returns a command or raises `CommandError`, nothing else: a field of the wrong type,
 a length over a limit, trailing bytes.
@@ -60,7 +62,7 @@ __all__ = [
     "replicas_to_wire",
 ]
 
-FORMAT = 1  # the encoding's version: the first element of every encoded command
+FORMAT = 2  # the encoding's version: the first element of every encoded command
 
 # A replica's home: (node id, shard of that node).
 Address = tuple[int, int]
@@ -85,6 +87,7 @@ class NodeInfo(NamedTuple):
     shards: int
     partitions_max: int
     rack: str | None = None
+    reader: str | None = None  # the Spark reader endpoint, "host:port" (format 2; None: unknown)
 
 
 class RegisterNode(NamedTuple):
@@ -215,8 +218,9 @@ def _operations(value: Any) -> tuple[Operation, ...]:
 
 
 def _node(f: list[Any]) -> NodeInfo:
+    reader = _optional_str(f[8]) if len(f) > 8 else None  # format 2 added it
     return NodeInfo(_int(f[0]), _str(f[1]), _int(f[2]), _str(f[3]), _int(f[4]), _int(f[5]),
-                    _int(f[6]), _optional_str(f[7]))
+                    _int(f[6]), _optional_str(f[7]), reader)
 
 
 def _topic_to_wire(c: CreateTopic) -> list[Any]:
@@ -232,11 +236,17 @@ class _Codec(NamedTuple):
     tag: int
     to_wire: Callable[[Any], list[Any]]
     from_wire: Callable[[list[Any]], Any]
-    fields: int  # how many fields format 1 has (a later format may add some)
+    fields: int  # how many fields format 1 has
+    grown: Mapping[int, int] | None = None  # how many a later format has, where it added some
+
+    def fields_in(self, form: int) -> int:
+        """The command's field count in format `form` (the latest growth at or before it)."""
+        grown = self.grown or {}
+        return max(((f, n) for f, n in grown.items() if f <= form), default=(1, self.fields))[1]
 
 
 _CODECS: dict[type, _Codec] = {
-    RegisterNode: _Codec(1, lambda c: list(c.info), lambda f: RegisterNode(_node(f)), 8),
+    RegisterNode: _Codec(1, lambda c: list(c.info), lambda f: RegisterNode(_node(f)), 8, {2: 9}),
     CreateTopic: _Codec(2, _topic_to_wire, _topic_from_wire, 4),
     DeleteTopic: _Codec(
         3,
@@ -277,12 +287,14 @@ def decode(data: bytes | memoryview) -> Command:
     value = _unpack(data, limits.command_bytes_max, "command")
     if len(value) < 2:
         raise CommandError(f"a command is [format, tag, fields...], got {value!r:.80}")
-    tag, fields = value[1], value[2:]
+    form, tag, fields = value[0], value[1], value[2:]
     codec = _BY_TAG.get(tag) if type(tag) is int else None
     if codec is None:
         raise CommandError(f"unknown command tag {tag!r:.80}")
-    if len(fields) != codec.fields:
-        raise CommandError(f"command tag {tag}: {len(fields)} fields, expected {codec.fields}")
+    expected = codec.fields_in(form)
+    if len(fields) != expected:
+        raise CommandError(f"command tag {tag}: {len(fields)} fields, expected {expected} "
+                           f"in format {form}")
     command: Command = codec.from_wire(fields)
     return command
 
@@ -341,7 +353,8 @@ def decode_snapshot(data: bytes | memoryview) -> Snapshot:
     for fields in (*value[3], *value[4]):
         if not isinstance(fields, list):
             raise CommandError(f"a snapshot entry is an array, got {fields!r:.80}")
-    if any(len(f) != 8 for f in value[3]) or any(len(f) != 4 for f in value[4]):
+    node_fields = _CODECS[RegisterNode].fields_in(value[0])
+    if any(len(f) != node_fields for f in value[3]) or any(len(f) != 4 for f in value[4]):
         raise CommandError("a snapshot entry with the wrong number of fields")
     return Snapshot(
         _int(value[1]),

@@ -257,6 +257,8 @@ class ClusterState:
             return Applied(bad, f"node {info.node}: ports {info.port}, {info.rpc_port}")
         if info.partitions_max < 0:
             return Applied(bad, f"node {info.node}: partitions_max {info.partitions_max}")
+        if info.reader is not None and not _is_host_port(info.reader):
+            return Applied(bad, f"node {info.node}: reader address {info.reader!r:.80}")
         used = max((shard + 1 for shard in self._shards_used(info.node)), default=0)
         if info.shards < used:
             return Applied(bad, f"node {info.node} hosts replicas on shard {used - 1}; "
@@ -414,3 +416,9 @@ class ClusterState:
             state._add(PlacedTopic(t.name, t.topic_id, len(t.replicas), dict(t.configs),
                                    t.name in INTERNAL_TOPICS, t.replicas))
         return state
+
+
+def _is_host_port(address: str) -> bool:
+    """'host:port' or '[v6 host]:port', as a node advertises its reader."""
+    host, sep, port = address.rpartition(":")
+    return bool(sep and host) and port.isdigit() and 0 < int(port) <= _PORT_MAX

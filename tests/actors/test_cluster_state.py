@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from actors import controller
 from actors.cluster import limits, topic_names
 from actors.cluster.commands import (
+    FORMAT,
     AllocateProducerIdBlock,
     AlterTopicConfigs,
     Command,
@@ -101,6 +102,8 @@ def test_register_node_and_come_back_with_new_addresses(log: Log) -> None:
     NodeInfo(1, "h", 9092, "h", 33145, 0, 10),
     NodeInfo(1, "h", 9092, "h", 33145, limits.shards_per_node_max + 1, 10),
     NodeInfo(1, "h", 9092, "h", 33145, 1, -1),
+    NodeInfo(1, "h", 9092, "h", 33145, 1, 10, None, "h"),  # a reader address with no port
+    NodeInfo(1, "h", 9092, "h", 33145, 1, 10, None, "h:70000"),
 ])
 def test_register_node_refuses_nonsense(info: NodeInfo) -> None:
     log = Log()
@@ -372,6 +375,7 @@ def test_shared_checks_moved_out_of_the_controller_stay_importable_from_it() -> 
 EXAMPLES: list[Command] = [
     node(1),
     RegisterNode(NodeInfo(7, "b7.example", 19092, "10.0.0.7", 40000, 16, 32000, "rack-a")),
+    RegisterNode(NodeInfo(8, "b8", 19092, "b8", 40000, 1, 10, None, "[::1]:9093")),
     create("orders", 1, R12, R23, configs={"retention.ms": "1000", "cleanup.policy": "compact"}),
     DeleteTopic("orders", tid(1)),
     CreatePartitions("orders", tid(1), 4, (R12, R23)),
@@ -386,13 +390,28 @@ def test_commands_round_trip(command: Command) -> None:
     data = encode(command)
     assert decode(data) == command
     assert decode(memoryview(data)) == command
-    assert msgpack.unpackb(data)[0] == 1  # the format comes first
+    assert msgpack.unpackb(data)[0] == FORMAT  # the format comes first
 
 
 def test_the_encoding_is_the_documented_array() -> None:
-    assert msgpack.unpackb(encode(DeleteTopic("orders", tid(1)))) == [1, 3, "orders", tid(1)]
-    assert msgpack.unpackb(encode(create("t", 1, R12))) == [1, 2, "t", tid(1), [[1, 0, 2, 0]], {}]
-    assert msgpack.unpackb(encode(node(1))) == [1, 1, 1, "h1", 9092, "h1", 33145, 2, 1000, None]
+    assert msgpack.unpackb(encode(DeleteTopic("orders", tid(1)))) == [2, 3, "orders", tid(1)]
+    assert msgpack.unpackb(encode(create("t", 1, R12))) == [2, 2, "t", tid(1), [[1, 0, 2, 0]], {}]
+    assert msgpack.unpackb(encode(node(1))) == [
+        2, 1, 1, "h1", 9092, "h1", 33145, 2, 1000, None, None]
+
+
+def test_format_1_still_decodes() -> None:
+    # Written before format 2 gave a node its reader address: every command of format 1 still
+    # reads, a node with no reader address.
+    old_node = _pack([1, 1, 1, "h1", 9092, "h1", 33145, 2, 1000, "r"])
+    assert decode(old_node) == RegisterNode(NodeInfo(1, "h1", 9092, "h1", 33145, 2, 1000, "r"))
+    assert decode(_pack([1, 3, "orders", tid(1)])) == DeleteTopic("orders", tid(1))
+    snapshot = _pack([1, 5, 7, [[1, "h1", 9092, "h1", 33145, 2, 1000, None]], []])
+    assert decode_snapshot(snapshot).nodes == (NodeInfo(1, "h1", 9092, "h1", 33145, 2, 1000),)
+    with pytest.raises(CommandError):  # format 1 has no reader address field
+        decode(_pack([1, 1, 1, "h1", 9092, "h1", 33145, 2, 1000, None, "h1:9093"]))
+    with pytest.raises(CommandError):  # format 2 has one
+        decode(_pack([2, 1, 1, "h1", 9092, "h1", 33145, 2, 1000, None]))
 
 
 def _pack(value: Any) -> bytes:
@@ -407,7 +426,7 @@ def _pack(value: Any) -> bytes:
     encode(AllocateProducerIdBlock(1))[:-1],  # truncated
     _pack({"not": "an array"}),
     _pack([1]),
-    _pack([2, 6, 1]),  # a newer format
+    _pack([FORMAT + 1, 6, 1]),  # a newer format
     _pack([0, 6, 1]),
     _pack([1, 99, 1]),  # an unknown command
     _pack([1, 6]),  # a field missing
