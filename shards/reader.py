@@ -2,8 +2,14 @@
 
 Shard 0 binds it on the node's reader address (default 127.0.0.1:9093). Requests and replies
 are msgpack maps in the shapes of `wire.spark.protocol` (PROTOCOL.md): metadata from the
-shard's topic table, offsets by ListOffset, fetches by Read to the partition's actor — local,
-or on another shard through `Services.partition()` like any Kafka handler. A fetch answers with
+shard's topic table, each partition's leader and in-sync replicas as this node last heard
+(`Services.partition_leader()`) and every registered node's reader address; offsets by
+ListOffset, fetches by Read to the partition's actor — local, or on another shard through
+`Services.partition()` like any Kafka handler. A node answers only for the partitions it has
+a replica of, as their leader, or (a request's `any_replica`) as any replica, up to the high
+watermark it knows: a fetch by `Read.any_replica`, earliest and latest offsets by a Read
+past the end, which answers with the replica's log start and high watermark and reads
+nothing (ListOffset is the leader's). A fetch answers with
 the segment bytes as one raw frame, read with pread (on the I/O pool when large) and handed to
 ZeroMQ without a copy: the reader never decodes records.
 
@@ -42,6 +48,10 @@ __all__ = ["ReaderEndpoint"]
 
 log = logging.getLogger(__name__)
 
+# A Read past any log's end: a replica answers OFFSET_OUT_OF_RANGE with its log start and high
+# watermark, and reads nothing (earliest and latest offsets from any replica).
+_PROBE_OFFSET = 2**62
+
 
 class _Node(Protocol):
     """What the endpoint needs of its shard: the part of actors.services.Services it uses."""
@@ -51,6 +61,10 @@ class _Node(Protocol):
     def topics(self) -> TopicTable: ...
 
     def partition(self, topic: str, index: int) -> Any: ...
+
+    def partition_leader(
+        self, topic: str, index: int
+    ) -> tuple[int, int, list[int], list[int]] | None: ...
 
     def read_blocking(
         self, fn: Callable[[], Any], done: Callable[[Any, BaseException | None], None]
@@ -139,31 +153,62 @@ class ReaderEndpoint:
         node_id = self._services.settings.node_id
         if names is None:
             names = [name for name, info in table.items() if not info.internal]
-        topics = {name: [node_id] * table[name].partitions for name in names if name in table}
+        topics: dict[str, list[int]] = {}
+        isr: dict[str, list[list[int]]] = {}
+        for name in names:
+            info = table.get(name)
+            if info is None:
+                continue
+            leaders = topics[name] = []
+            in_sync = isr[name] = []
+            for index in range(info.partitions):
+                found = self._services.partition_leader(name, index)
+                if found is None:  # a node of its own leads everything
+                    leaders.append(node_id)
+                    in_sync.append([node_id])
+                else:
+                    leaders.append(found[0])
+                    in_sync.append(list(found[3]))
         self._send(
             identity,
-            protocol.reply(
-                correlation, node=node_id, nodes={node_id: self._advertised}, topics=topics
-            ),
+            protocol.reply(correlation, node=node_id, nodes=self._reader_addresses(),
+                           topics=topics, isr=isr),
         )
 
-    def _offsets(
-        self, identity: bytes, correlation: Any, queries: list[tuple[str, int, int]]
-    ) -> None:
+    def _reader_addresses(self) -> dict[int, str]:
+        """Every registered node's reader address, this node's as it advertises it."""
+        registered = getattr(self._services, "reader_addresses", None)
+        nodes = dict(registered()) if registered is not None else {}
+        nodes[self._services.settings.node_id] = self._advertised
+        return nodes
+
+    def _offsets(self, identity: bytes, correlation: Any, request: protocol.OffsetsRequest) -> None:
+        queries = request.queries
         results: list[list[int]] = [[protocol.ERROR_UNKNOWN_TOPIC_OR_PARTITION, -1]] * len(queries)
         waiting = 0
 
-        def answer() -> None:
-            self._in_flight -= 1
-            self._send(identity, protocol.reply(correlation, results=results))
+        def release() -> None:
+            nonlocal waiting
+            waiting -= 1
+            if waiting == 0:
+                self._in_flight -= 1
+                self._send(identity, protocol.reply(correlation, results=results))
 
-        def on_result(index: int) -> Callable[[ListOffsetResult], None]:
-            def done(result: ListOffsetResult) -> None:
-                nonlocal waiting
-                results[index] = [int(result.error), result.offset]
-                waiting -= 1
-                if waiting == 0:
-                    answer()
+        def answered(index: int, error: int, offset: int) -> None:
+            results[index] = [error, offset]
+            release()
+
+        def on_listed(index: int) -> Callable[[ListOffsetResult], None]:
+            return lambda result: answered(index, int(result.error), result.offset)
+
+        def on_probed(index: int, timestamp: int) -> Callable[[ReadResult], None]:
+            def done(result: ReadResult) -> None:
+                if result.error not in (ErrorCode.NONE, ErrorCode.OFFSET_OUT_OF_RANGE):
+                    answered(index, int(result.error), -1)
+                elif timestamp == protocol.EARLIEST:
+                    answered(index, protocol.ERROR_NONE, result.log_start_offset)
+                else:
+                    answered(index, protocol.ERROR_NONE, result.high_watermark)
 
             return done
 
@@ -171,11 +216,14 @@ class ReaderEndpoint:
         waiting = sum(ref is not None for ref in refs) + 1  # +1: released below
         self._in_flight += 1
         for i, (ref, (_, _, timestamp)) in enumerate(zip(refs, queries, strict=True)):
-            if ref is not None:
-                ref.tell(ListOffset(timestamp, -1, on_result(i)))
-        waiting -= 1
-        if waiting == 0:
-            answer()
+            if ref is None:
+                continue
+            if request.any_replica and timestamp in (protocol.EARLIEST, protocol.LATEST):
+                ref.tell(Read(_PROBE_OFFSET, 1, -1, FetchBudget(1), on_probed(i, timestamp),
+                              True))
+            else:
+                ref.tell(ListOffset(timestamp, -1, on_listed(i)))
+        release()
 
     def _fetch(self, identity: bytes, correlation: Any, request: protocol.FetchRequest) -> None:
         ref = self._services.partition(request.topic, request.partition)
@@ -207,7 +255,8 @@ class ReaderEndpoint:
             self._send_records(identity, correlation, result)
 
         max_bytes = request.max_bytes
-        ref.tell(Read(request.offset, max_bytes, -1, FetchBudget(max_bytes), on_read))
+        ref.tell(Read(request.offset, max_bytes, -1, FetchBudget(max_bytes), on_read,
+                      request.any_replica))
 
     def _send_records(self, identity: bytes, correlation: Any, result: ReadResult) -> None:
         def send(data: Any) -> None:

@@ -9,6 +9,7 @@ package does not import pyspark; `register(spark)` does:
 
 protocol.py  the messages (msgpack, versioned; PROTOCOL.md)
 client.py    ZeroMQ DEALER client with timeouts
+replicas.py  which node serves a partition (leader or in-sync replica), failover between them
 offsets.py   option parsing, offset resolution, planning, rate limits, data loss (pure)
 arrow.py     fetched record batches -> Arrow rows
 datasource.py  the DataSource, its batch and stream readers

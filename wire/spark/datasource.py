@@ -5,13 +5,17 @@
     spark.read.format("krill").option("krill.bootstrap", "127.0.0.1:9093")
          .option("subscribe", "orders").load()
 
-The driver side (`partitions()`, `initialOffset()`, `latestOffset()`) asks the node's reader
-endpoint for metadata and offsets and plans with the pure functions of `wire.spark.offsets`.
-Each planned `KrillPartition` (one offset range of one topic partition) is pickled to an
-executor, whose `read()` opens its own socket, fetches raw batches and yields Arrow record
-batches built by `wire.spark.arrow`. Options and schema are those of Spark's Kafka source
-(see offsets.py). Exactly-once progress: offsets are the only state, Spark checkpoints them,
-and a range always yields the same rows, so a replayed micro-batch is identical.
+The driver side (`partitions()`, `initialOffset()`, `latestOffset()`) asks a bootstrap
+node's reader endpoint for metadata and each partition's leader for its offsets, and plans
+with the pure functions of `wire.spark.offsets`. Each planned `KrillPartition` (one offset
+range of one topic partition, and the node to read it from: its leader, or with
+`krill.readFrom=replica` one of its in-sync replicas, wire/spark/replicas.py) is pickled to
+an executor, whose `read()` opens its own socket, fetches raw batches and yields Arrow record
+batches built by `wire.spark.arrow`. A node that fails a read (gone, or no longer leading the
+partition) is replaced by the one fresh metadata names, a bounded number of times. Options
+and schema are those of Spark's Kafka source (see offsets.py). Exactly-once progress:
+offsets are the only state, Spark checkpoints them, and a range always yields the same rows
+(from any replica), so a replayed micro-batch is identical.
 """
 
 from __future__ import annotations
@@ -37,9 +41,10 @@ from pyspark.sql.streaming.datasource import (
 from wire.spark import offsets as plan
 from wire.spark import protocol
 from wire.spark.arrow import RowBuilder
-from wire.spark.client import ReaderClient
+from wire.spark.client import FetchResult, Metadata, ReaderClient, ReaderTimeout
 from wire.spark.offsets import DataLossError, OffsetRange, SourceOptions, TopicPartition
 from wire.spark.protocol import ReaderError
+from wire.spark.replicas import RETRIABLE, Failover, choose
 
 __all__ = ["KrillDataSource", "KrillPartition", "register", "read_range"]
 
@@ -73,15 +78,22 @@ class KrillDataSource(DataSource):
 
 
 class KrillPartition(InputPartition):
-    """One offset range to read, with what the executor needs to read it (picklable)."""
+    """One offset range to read, with what the executor needs to read it (picklable): the
+    reader planned for it, and the readers to ask for metadata when that one fails."""
 
-    def __init__(self, address: str, offset_range: OffsetRange, options: SourceOptions) -> None:
+    def __init__(
+        self, address: str, offset_range: OffsetRange, options: SourceOptions,
+        nodes: tuple[str, ...] = (),
+    ) -> None:
         super().__init__(offset_range)
         self.address = address
         self.range = offset_range
         self.include_headers = options.include_headers
         self.fail_on_data_loss = options.fail_on_data_loss
         self.timeout_s = options.timeout_s
+        self.connect_timeout_s = options.connect_timeout_s
+        self.read_from = options.read_from
+        self.known = tuple(dict.fromkeys((*options.bootstrap_addresses, *nodes)))
 
     def __repr__(self) -> str:
         r = self.range
@@ -92,49 +104,107 @@ class KrillPartition(InputPartition):
 
 
 class _Snapshot:
-    """The partitions a query reads and their earliest and latest offsets, asked once."""
+    """The partitions a query reads, their earliest and latest offsets, and the reader each
+    is read from, asked once.
+
+    Offsets are always the leaders': a leader's high watermark is the partition's, and it
+    only grows, which the checks between micro-batches rely on (a follower's lags by about a
+    heartbeat, and two followers' differ). Reads then go where `krill.readFrom` says; a
+    follower not yet at the planned end is waited for (`_Source.behind`)."""
 
     def __init__(self, options: SourceOptions) -> None:
-        with ReaderClient(options.bootstrap, options.timeout_s) as client:
-            wanted = None if options.subscribe_pattern is not None else sorted(
-                set(options.subscribe) | {t for t, _ in options.assign})
-            metadata = client.metadata(wanted)
-            counts = {name: len(leaders) for name, leaders in metadata.topics.items()}
-            missing = [tp for tp in options.assign if tp[1] >= counts.get(tp[0], 0)]
-            if missing:
-                raise ValueError(f"assigned partitions do not exist: {missing}")
-            self.partitions = plan.select_partitions(options, counts)
-            self.addresses = {
-                (t, p): metadata.nodes.get(metadata.topics[t][p], options.bootstrap)
-                for t, p in self.partitions
-            }
-            self.earliest, self.latest = _offsets(client, self.partitions)
+        wanted = None if options.subscribe_pattern is not None else sorted(
+            set(options.subscribe) | {t for t, _ in options.assign})
+        failover = Failover("metadata and offsets", options.bootstrap_addresses, wanted,
+                            "leader", options.timeout_s, options.connect_timeout_s)
+        metadata = failover.first_metadata()
+        counts = {name: len(leaders) for name, leaders in metadata.topics.items()}
+        missing = [tp for tp in options.assign if tp[1] >= counts.get(tp[0], 0)]
+        if missing:
+            raise ValueError(f"assigned partitions do not exist: {missing}")
+        self.partitions = plan.select_partitions(options, counts)
+        leaders: dict[TopicPartition, str] = {}
+        found, metadata = _offsets(failover, metadata, self.partitions, leaders)
+        self.addresses = leaders if options.read_from == "leader" else {
+            tp: choose(metadata, *tp, options.read_from, failover.failed) or leaders[tp]
+            for tp in self.partitions
+        }
+        self.earliest = {tp: found[tp][0] for tp in self.partitions}
+        self.latest = {tp: found[tp][1] for tp in self.partitions}
+        self.nodes = failover.known
 
 
 def _offsets(
-    client: ReaderClient, partitions: list[TopicPartition]
-) -> tuple[dict[TopicPartition, int], dict[TopicPartition, int]]:
-    queries = [(t, p, protocol.EARLIEST) for t, p in partitions]
-    queries += [(t, p, protocol.LATEST) for t, p in partitions]
-    results = client.offsets(queries)
-    for (topic, partition, _), (error, _) in zip(queries, results, strict=True):
-        if error != protocol.ERROR_NONE:
-            raise ReaderError(error, f"offsets of {topic}-{partition}")
-    count = len(partitions)
-    earliest = {tp: results[i][1] for i, tp in enumerate(partitions)}
-    latest = {tp: results[count + i][1] for i, tp in enumerate(partitions)}
-    return earliest, latest
+    failover: Failover,
+    metadata: Metadata,
+    partitions: list[TopicPartition],
+    leaders: dict[TopicPartition, str],
+) -> tuple[dict[TopicPartition, tuple[int, int]], Metadata]:
+    """(earliest, latest) of each partition, asked of its leader, partitions grouped by
+    leader, and the metadata last asked; `leaders` gets the node that answered. Partitions
+    whose leader failed are asked again of the one fresh metadata names."""
+    found: dict[TopicPartition, tuple[int, int]] = {}
+    while True:
+        groups: dict[str | None, list[TopicPartition]] = {}
+        for tp in partitions:
+            if tp not in found:
+                groups.setdefault(failover.choose(metadata, *tp), []).append(tp)
+        if not groups:
+            return found, metadata
+        reasons: list[str] = []
+        failed: list[str] = []
+        for address, group in groups.items():
+            if address is None:
+                reasons.append(f"no {failover.read_from} known for {_names(group)}")
+                continue
+            try:
+                answers = _offsets_of(failover, address, group)
+            except ReaderTimeout as exc:
+                reasons.append(str(exc))
+                failed.append(address)
+                continue
+            for tp, (earliest, latest) in zip(group, answers, strict=True):
+                error = earliest[0] or latest[0]
+                if error == protocol.ERROR_NONE:
+                    found[tp] = (earliest[1], latest[1])
+                    leaders[tp] = address
+                elif error in RETRIABLE:
+                    reasons.append(f"{address}: error {error} for {tp[0]}-{tp[1]}")
+                    failed.append(address)
+                else:
+                    raise ReaderError(error, f"offsets of {tp[0]}-{tp[1]} from {address}")
+        if len(found) < len(partitions):
+            failover.failure("; ".join(reasons), failed)
+            metadata = failover.metadata() or metadata
+
+
+def _offsets_of(
+    failover: Failover, address: str, group: list[TopicPartition]
+) -> list[tuple[tuple[int, int], tuple[int, int]]]:
+    """((error, earliest), (error, latest)) of each partition, from the reader at `address`."""
+    queries = [(t, p, protocol.EARLIEST) for t, p in group]
+    queries += [(t, p, protocol.LATEST) for t, p in group]
+    with failover.client(address) as client:
+        results = client.offsets(queries)
+    count = len(group)
+    return [(results[i], results[count + i]) for i in range(count)]
+
+
+def _names(partitions: list[TopicPartition]) -> str:
+    shown = ", ".join(f"{t}-{p}" for t, p in partitions[:3])
+    return shown + (f" and {len(partitions) - 3} more" if len(partitions) > 3 else "")
 
 
 def _input_partitions(
     options: SourceOptions,
-    addresses: dict[TopicPartition, str],
+    snapshot: _Snapshot,
     start: dict[TopicPartition, int],
     end: dict[TopicPartition, int],
 ) -> list[KrillPartition]:
     ranges = plan.plan_ranges(start, end, options.min_partitions)
     return [
-        KrillPartition(addresses.get((r.topic, r.partition), options.bootstrap), r, options)
+        KrillPartition(snapshot.addresses.get((r.topic, r.partition), options.bootstrap), r,
+                       options, snapshot.nodes)
         for r in ranges
     ]
 
@@ -158,7 +228,7 @@ class KrillBatchReader(DataSourceReader):
             if offset > snapshot.latest[tp]:
                 raise ValueError(f"endingOffsets {offset} of {tp[0]}-{tp[1]} is past its "
                                  f"latest offset {snapshot.latest[tp]}")
-        return _input_partitions(options, snapshot.addresses, start, end)
+        return _input_partitions(options, snapshot, start, end)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return _read(partition)
@@ -214,7 +284,7 @@ class KrillStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 log.warning("krill: %s-%d went back from %d to %d; some data may have been "
                             "lost, reading it from its start", tp[0], tp[1], begin[tp], finish[tp])
                 begin[tp] = min(snapshot.earliest.get(tp, 0), finish[tp])
-        return _input_partitions(self.options, snapshot.addresses, begin, finish)
+        return _input_partitions(self.options, snapshot, begin, finish)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return _read(partition)
@@ -237,32 +307,114 @@ def read_range(partition: KrillPartition) -> Iterator[pa.RecordBatch]:
     """Arrow batches of every record in the partition's range, one batch per fetch."""
     r = partition.range
     builder = RowBuilder(r.topic, r.partition, r.start, r.end, partition.include_headers)
-    with ReaderClient(partition.address, partition.timeout_s) as client:
+    with _Source(partition) as source:
         while not builder.done:
+            offset = builder.next_offset
             try:
-                result = client.fetch(r.topic, r.partition, builder.next_offset)
+                result = source.fetch(offset)
             except ReaderError as exc:
                 if exc.code != protocol.ERROR_OFFSET_OUT_OF_RANGE:
                     raise
+                log_start = int(exc.details.get("log_start", -1))
+                if log_start <= offset and source.behind(f"offset {offset} past its end"):
+                    continue
                 if not _skip_lost(partition, builder, exc.details):
                     break
                 continue
             if builder.add(result.records) == 0:
-                if result.high_watermark <= builder.next_offset:
+                if result.high_watermark <= offset:
+                    reason = f"high watermark {result.high_watermark} at offset {offset}"
+                    if source.behind(reason):
+                        continue
                     # The range ends past what the log holds now: it was truncated.
-                    message = (f"{r.topic}-{r.partition}: offsets {builder.next_offset}.."
-                               f"{r.end - 1} no longer exist (high watermark "
-                               f"{result.high_watermark}); some data may have been lost")
+                    message = (f"{r.topic}-{r.partition}: offsets {offset}..{r.end - 1} no "
+                               f"longer exist (high watermark {result.high_watermark}); some "
+                               "data may have been lost")
                     if partition.fail_on_data_loss:
                         raise DataLossError(message)
                     log.warning("krill: %s", message)
                     break
-                raise RuntimeError(f"{r.topic}-{r.partition}: empty fetch at "
-                                   f"{builder.next_offset} below the high watermark")
+                raise RuntimeError(f"{r.topic}-{r.partition}: empty fetch at {offset} below "
+                                   "the high watermark")
             if builder.rows:
                 yield builder.build()
     if builder.rows:
         yield builder.build()
+
+
+# Fetches short of the range asked of one node before another is asked: a follower hears the
+# high watermark with the leader's next append or heartbeat (150 ms by default).
+_behind_tries_per_node = 3
+
+
+class _Source:
+    """Fetches of one partition from the reader planned for it, and from the one fresh
+    metadata names when that fails (replicas.py)."""
+
+    def __init__(self, partition: KrillPartition) -> None:
+        r = partition.range
+        self._topic, self._partition = r.topic, r.partition
+        self._any_replica = partition.read_from == "replica"
+        self._failover = Failover(
+            f"reading {r.topic}-{r.partition} [{r.start}, {r.end})", partition.known,
+            [r.topic], partition.read_from, partition.timeout_s, partition.connect_timeout_s)
+        self._address: str | None = partition.address
+        self._client: ReaderClient | None = None
+        self._behind = 0  # fetches that found the node short of the range
+
+    def __enter__(self) -> _Source:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._close()
+
+    def fetch(self, offset: int) -> FetchResult:
+        """The fetch at `offset` from a node that serves it; ReaderError for what no other
+        replica would answer differently, ReplicasUnavailable when out of tries."""
+        while True:
+            address = self._address
+            if address is None:
+                reason = f"no {self._failover.read_from} of the partition known"
+            else:
+                try:
+                    if self._client is None:
+                        self._client = self._failover.client(address)
+                    return self._client.fetch(self._topic, self._partition, offset,
+                                              any_replica=self._any_replica)
+                except ReaderTimeout as exc:
+                    reason = str(exc)
+                except ReaderError as exc:
+                    if exc.code not in RETRIABLE:
+                        raise
+                    reason = f"{address}: {exc}"
+            self._move(reason)
+
+    def behind(self, reason: str) -> bool:
+        """The node has less of the log than the range needs (a follower that has not heard
+        the high watermark yet, a new leader whose high watermark has not caught up): wait
+        and ask it again, and every `_behind_tries_per_node`th time another replica. False
+        when out of tries: the records are gone (the log was truncated)."""
+        if self._failover.last_try:
+            return False
+        self._behind += 1
+        reason = f"{self._address}: {reason}"
+        if self._behind % _behind_tries_per_node:
+            self._failover.failure(reason)
+        else:
+            self._move(reason)
+        return True
+
+    def _move(self, reason: str) -> None:
+        self._close()
+        self._failover.failure(reason, [self._address] if self._address else [])
+        metadata = self._failover.metadata()
+        if metadata is not None:
+            self._address = self._failover.choose(metadata, self._topic, self._partition)
+
+    def _close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
 
 
 def _skip_lost(partition: KrillPartition, builder: RowBuilder, details: dict[str, Any]) -> bool:

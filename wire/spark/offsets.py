@@ -12,6 +12,11 @@ KafkaMicroBatchStream.rateLimit):
     failOnDataLoss    a start below the log start (deleted records) fails the query with a
                       message saying what was lost, or (false) skips ahead to the log start
 
+and Krill's own: `krill.bootstrap` (reader endpoints "host:port", a comma list: any one
+answers metadata), `krill.readFrom` (`leader`, the default, or `replica`: any in-sync
+replica, wire/spark/replicas.py), `krill.timeoutMs` (one request) and
+`krill.connectTimeoutMs` (reaching a node, before another replica is asked).
+
 Offsets travel as Kafka's JSON shape, {"topic": {"0": next_offset}}: a partition's entry is the
 first offset *not yet* read.
 """
@@ -30,6 +35,7 @@ __all__ = [
     "OffsetRange",
     "DataLossError",
     "SourceOptions",
+    "READ_FROM",
     "parse_options",
     "parse_offset_spec",
     "select_partitions",
@@ -43,6 +49,9 @@ __all__ = [
 
 EARLIEST = -2
 LATEST = -1
+
+# krill.readFrom: each partition's leader, or any of its in-sync replicas.
+READ_FROM = ("leader", "replica")
 
 TopicPartition = tuple[str, int]
 PartitionOffsets = dict[TopicPartition, int]
@@ -82,6 +91,12 @@ class SourceOptions:
     min_partitions: int | None = None
     include_headers: bool = False
     timeout_s: float = 30.0
+    read_from: str = "leader"  # one of READ_FROM
+    connect_timeout_s: float = 5.0
+
+    @property
+    def bootstrap_addresses(self) -> tuple[str, ...]:
+        return tuple(a.strip() for a in self.bootstrap.split(",") if a.strip())
 
 
 def parse_options(options: dict[str, str], *, streaming: bool) -> SourceOptions:
@@ -107,6 +122,9 @@ def parse_options(options: dict[str, str], *, streaming: bool) -> SourceOptions:
         raise ValueError("endingOffsets is for batch queries only")
     if ending == "earliest" or (isinstance(ending, dict) and EARLIEST in ending.values()):
         raise ValueError("endingOffsets cannot be earliest (-2)")
+    read_from = lowered.get("krill.readfrom", "leader").lower()
+    if read_from not in READ_FROM:
+        raise ValueError(f"option krill.readFrom must be leader or replica, not {read_from!r}")
     if not streaming and (starting == "latest"
                           or (isinstance(starting, dict) and LATEST in starting.values())):
         raise ValueError("startingOffsets cannot be latest (-1) for batch queries")
@@ -122,6 +140,8 @@ def parse_options(options: dict[str, str], *, streaming: bool) -> SourceOptions:
         min_partitions=_positive(lowered, "minpartitions"),
         include_headers=_boolean(lowered, "includeheaders", False),
         timeout_s=float(lowered.get("krill.timeoutms", "30000")) / 1000,
+        read_from=read_from,
+        connect_timeout_s=float(lowered.get("krill.connecttimeoutms", "5000")) / 1000,
     )
 
 

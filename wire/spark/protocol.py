@@ -7,13 +7,20 @@ them. Shapes (PROTOCOL.md next to this file is the one-page description):
 
     metadata  {v, id, op: "metadata", topics: [name] | None}
           ->  {v, id, error: 0, node: id, nodes: {id: "host:port"},
-               topics: {name: [leader node id of partition 0, 1, ...]}}
-    offsets   {v, id, op: "offsets", queries: [[topic, partition, timestamp]]}
+               topics: {name: [leader node id of partition 0, 1, ...]},   (-1: none known)
+               isr: {name: [[in-sync node ids of partition 0], ...]}}     (optional)
+    offsets   {v, id, op: "offsets", queries: [[topic, partition, timestamp]], any_replica?}
           ->  {v, id, error: 0, results: [[error, offset]]}       (one per query, in order)
               timestamp -2: earliest (log start), -1: latest (high watermark), >= 0: the first
               offset whose timestamp is at least that (-1 when there is none)
-    fetch     {v, id, op: "fetch", topic, partition, offset, max_bytes}
+    fetch     {v, id, op: "fetch", topic, partition, offset, max_bytes, any_replica?}
           ->  {v, id, error, log_start, high_watermark, bytes} + [records frame if bytes > 0]
+
+A node answers for the partitions it has a replica of. Without `any_replica` only their
+leader answers (others: NOT_LEADER_OR_FOLLOWER); with it, any replica answers fetches and
+earliest/latest offsets up to the high watermark it knows (timestamp queries stay the
+leader's). Fields added to version 1 are optional both ways: an older node ignores
+`any_replica` and leaves out `isr`.
 
 An error reply to anything: {v, id, error: code != 0, message}. Codes are Kafka's error codes
 (OFFSET_OUT_OF_RANGE 1, UNKNOWN_TOPIC_OR_PARTITION 3, ...) plus the reader's own below.
@@ -34,6 +41,7 @@ __all__ = [
     "ERROR_NONE",
     "ERROR_OFFSET_OUT_OF_RANGE",
     "ERROR_UNKNOWN_TOPIC_OR_PARTITION",
+    "ERROR_NOT_LEADER_OR_FOLLOWER",
     "ERROR_MALFORMED",
     "ERROR_VERSION",
     "ERROR_BUSY",
@@ -49,6 +57,7 @@ __all__ = [
     "offsets_request",
     "fetch_request",
     "FetchRequest",
+    "OffsetsRequest",
     "parse_request",
     "error_reply",
     "reply",
@@ -59,6 +68,7 @@ VERSION = 1
 ERROR_NONE = 0
 ERROR_OFFSET_OUT_OF_RANGE = 1  # Kafka's code: the offset is below the log start or past the end
 ERROR_UNKNOWN_TOPIC_OR_PARTITION = 3  # Kafka's code
+ERROR_NOT_LEADER_OR_FOLLOWER = 6  # Kafka's code: ask the partition's leader (or any_replica)
 ERROR_MALFORMED = 1000  # not msgpack, not a map, a field missing or of the wrong type
 ERROR_VERSION = 1001  # the request's `v` is not one this node speaks
 ERROR_BUSY = 1002  # too many requests in flight on the node: retry later
@@ -127,17 +137,26 @@ def metadata_request(correlation: int, topics: list[str] | None = None) -> dict[
 
 
 def offsets_request(
-    correlation: int, queries: list[tuple[str, int, int]]
+    correlation: int, queries: list[tuple[str, int, int]], any_replica: bool = False
 ) -> dict[str, Any]:
-    return {"v": VERSION, "id": correlation, "op": "offsets",
-            "queries": [list(q) for q in queries]}
+    request = {"v": VERSION, "id": correlation, "op": "offsets",
+               "queries": [list(q) for q in queries]}
+    return {**request, "any_replica": True} if any_replica else request
 
 
 def fetch_request(
-    correlation: int, topic: str, partition: int, offset: int, max_bytes: int
+    correlation: int, topic: str, partition: int, offset: int, max_bytes: int,
+    any_replica: bool = False,
 ) -> dict[str, Any]:
-    return {"v": VERSION, "id": correlation, "op": "fetch", "topic": topic,
-            "partition": partition, "offset": offset, "max_bytes": max_bytes}
+    request = {"v": VERSION, "id": correlation, "op": "fetch", "topic": topic,
+               "partition": partition, "offset": offset, "max_bytes": max_bytes}
+    return {**request, "any_replica": True} if any_replica else request
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetsRequest:
+    queries: list[tuple[str, int, int]]  # (topic, partition, timestamp)
+    any_replica: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,13 +165,14 @@ class FetchRequest:
     partition: int
     offset: int
     max_bytes: int
+    any_replica: bool = False
 
 
 def parse_request(message: dict[str, Any]) -> tuple[str, Any]:
     """(op, arguments) of a request already unpacked; ProtocolError if any field is wrong.
 
-    metadata -> list of topic names or None; offsets -> list of (topic, partition,
-    timestamp); fetch -> FetchRequest (max_bytes clamped to fetch_bytes_max).
+    metadata -> list of topic names or None; offsets -> OffsetsRequest; fetch ->
+    FetchRequest (max_bytes clamped to fetch_bytes_max).
     """
     op = message.get("op")
     if op == "metadata":
@@ -173,7 +193,7 @@ def parse_request(message: dict[str, Any]) -> tuple[str, Any]:
                     and query[1] >= 0 and query[2] >= EARLIEST):
                 raise ProtocolError(f"offsets: bad query {query!r:.80}")
             parsed.append((query[0], query[1], query[2]))
-        return op, parsed
+        return op, OffsetsRequest(parsed, _any_replica(message))
     if op == "fetch":
         topic: Any = message.get("topic")
         partition: Any = message.get("partition")
@@ -184,8 +204,16 @@ def parse_request(message: dict[str, Any]) -> tuple[str, Any]:
             raise ProtocolError("fetch: topic, partition, offset and max_bytes are required")
         if partition < 0 or offset < 0 or max_bytes < 1:
             raise ProtocolError("fetch: partition, offset must be >= 0 and max_bytes >= 1")
-        return op, FetchRequest(topic, partition, offset, min(max_bytes, fetch_bytes_max))
+        return op, FetchRequest(topic, partition, offset, min(max_bytes, fetch_bytes_max),
+                                _any_replica(message))
     raise ProtocolError(f"unknown op {op!r:.40}")
+
+
+def _any_replica(message: dict[str, Any]) -> bool:
+    value = message.get("any_replica", False)
+    if not isinstance(value, bool):
+        raise ProtocolError("any_replica must be true or false")
+    return value
 
 
 def _is_int(value: Any) -> bool:
