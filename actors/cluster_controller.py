@@ -156,6 +156,7 @@ class ClusterController(LoopActor):
         self._log: DiskLog | None = None
         self._replica: Replica | None = None
         self._applied = 0  # the end offset applied
+        self._fresh_from = 0  # records from here on were written in this run
         self._flushing = False
         self._waiters: dict[int, Callable[[Applied], None]] = {}  # offset -> its answer
         self._waiting: collections.deque[Any] = collections.deque()  # before a leader is known
@@ -189,6 +190,10 @@ class ClusterController(LoopActor):
         self._log = DiskLog.open(directory)
         self._log.serve()
         log_ = self._log
+        # Producer-id blocks granted before this start may have been handed out, in part or
+        # whole: replaying them must not hand them out again (the ids are plenty; a restart
+        # skips what was left of its last block, as Kafka's broker does).
+        self._fresh_from = log_.next_offset
         address = (self.me.node, 0)
         peers = tuple((node, 0) for node in self.seeds)
         machine = RaftMachine(
@@ -391,7 +396,8 @@ class ClusterController(LoopActor):
                 self.state.skip(offset)
                 continue
             result = self.state.apply(command, offset)
-            if result.block is not None and result.block.node == self.me.node:
+            if (result.block is not None and result.block.node == self.me.node
+                    and offset >= self._fresh_from):
                 self._producer_ids.append(
                     (result.block.start, result.block.start + result.block.size))
             waiter = self._waiters.pop(offset, None)

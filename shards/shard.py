@@ -257,6 +257,12 @@ class Shard:
             return [(s.node_id, s.advertised_host, s.advertised_port, None)]
         return [(n.node, n.host, n.port, n.rack) for n in self._cluster_nodes.values()]
 
+    def reader_addresses(self) -> dict[int, str]:
+        """Every registered node's Spark reader address (the reader endpoint's metadata)."""
+        nodes = {n.node: n.reader for n in self._cluster_nodes.values() if n.reader is not None}
+        nodes[self.config.node_id] = _reader_advertised(self.config)
+        return nodes
+
     def controller_id(self) -> int:
         if not self.cluster:
             return self.settings.node_id
@@ -493,7 +499,8 @@ class Shard:
         config = self.config
         host, port = config.advertise
         me = NodeInfo(config.node_id, host, port, config.rpc_host, config.rpc_port,
-                      self.shards, self.settings.partitions_max)
+                      self.shards, self.settings.partitions_max,
+                      reader=_reader_advertised(config))
         assert self.raft is not None
         controller = ClusterController.start(
             self.settings, me, tuple(sorted(config.seed_nodes)), _ControllerHost(self),
