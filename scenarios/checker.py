@@ -5,7 +5,8 @@ history can be checked again (`history.jsonl`). Anomalies, each reported with th
 that show it (Jepsen's Kafka workload, without transactions):
 
 - `inconsistent-offsets`: two values seen at one offset of a partition (by sends' answers
-  or polls).
+  or polls), with who saw each (`seen_by`): in a cluster, consumers reading through
+  different nodes that disagree on an offset's value.
 - `duplicate`: one sent value seen at two offsets.
 - `unexpected`: a polled value that no send wrote, or whose send certainly failed.
 - `lost-write`: an acknowledged send whose value nobody read, though polls read past its
@@ -21,7 +22,9 @@ that show it (Jepsen's Kafka workload, without transactions):
 Figures beside them: sends by outcome and the error rate; acknowledged sends' latency
 (p50/p99/p99.9) outside the faults' windows and inside them; per fault, how long after it
 was undone the first send was acknowledged (`recovery_ms`) and the longest stretch without an
-acknowledgement from its start to then (`outage_ms`). `Bounds` turns figures into checks.
+acknowledgement from its start to then (`outage_ms`); `offsets_read_by_several` counts the
+offsets that more than one consumer read, each a comparison that could have found
+`inconsistent-offsets`. `Bounds` turns figures into checks.
 
 Example: sends p0-1 -> offset 0, p0-2 -> offset 1 (both ok); a consumer polls offsets 1 then
 nothing else: p0-1 at offset 0 was acknowledged, nobody read it, but offset 1 was read:
@@ -80,13 +83,13 @@ def check(ops: Sequence[Op], bounds: Bounds = Bounds(),  # noqa: B008 - frozen
     sends = [op for op in ops if op.op == "send"]
     by_value = {op.value: op for op in sends if op.value is not None}
     seen = _observations(ops)
-    _inconsistent_offsets(seen, result.anomalies["inconsistent-offsets"])
+    _inconsistent_offsets(ops, seen, result.anomalies["inconsistent-offsets"])
     _duplicates(seen, result.anomalies["duplicate"])
     _unexpected(ops, by_value, result.anomalies["unexpected"])
     _lost_writes(sends, seen, result.anomalies["lost-write"])
     _nonmonotonic_sends(sends, result.anomalies["nonmonotonic-send"])
     _polls_in_order(ops, seen, skipped, result.anomalies)
-    _figures(ops, sends, result.figures)
+    _figures(ops, sends, result.figures, seen.read_by_several)
     _bounds(result, bounds)
     return result
 
@@ -102,6 +105,9 @@ class _Seen:
         self.places: dict[str | None, set[tuple[str, int, int]]] = defaultdict(set)
         self.read: dict[str | None, int] = defaultdict(int)  # value -> times polled
         self.read_up_to: dict[TopicPartition, int] = {}  # highest offset polled
+        # The first consumer to read each offset, None once a second one read it too.
+        self.first_reader: dict[TopicPartition, dict[int, str | None]] = defaultdict(dict)
+        self.read_by_several = 0
         self._offsets: dict[TopicPartition, list[int]] = {}
 
     def add(self, topic: str, partition: int, offset: int, value: str | None) -> None:
@@ -130,15 +136,42 @@ def _observations(ops: Sequence[Op]) -> _Seen:
                 seen.read[value] += 1
                 tp = (topic, partition)
                 seen.read_up_to[tp] = max(seen.read_up_to.get(tp, -1), offset)
+                readers = seen.first_reader[tp]
+                first = readers.setdefault(offset, op.client)
+                if first is not None and first != op.client:
+                    readers[offset] = None
+                    seen.read_by_several += 1
     return seen
 
 
-def _inconsistent_offsets(seen: _Seen, out: list[dict[str, Any]]) -> None:
+def _inconsistent_offsets(ops: Sequence[Op], seen: _Seen, out: list[dict[str, Any]]) -> None:
+    cases: dict[tuple[str, int, int], dict[str, Any]] = {}
     for (topic, partition), offsets in sorted(seen.at.items()):
         for offset, values in sorted(offsets.items()):
             if len(values) > 1:
-                out.append({"topic": topic, "partition": partition, "offset": offset,
-                            "values": sorted(values, key=str)})
+                case = {"topic": topic, "partition": partition, "offset": offset,
+                        "values": sorted(values, key=str), "seen_by": {}}
+                cases[(topic, partition, offset)] = case
+                out.append(case)
+    if not cases:
+        return
+    # Who saw which value there (a producer by its answer, a consumer by its read): a second
+    # pass, only for the offsets found.
+    seen_by: dict[tuple[str, int, int], dict[str, set[str]]] = defaultdict(
+        lambda: defaultdict(set))
+    for op in ops:
+        if op.outcome != "ok":
+            continue
+        if op.op == "send" and (op.topic, op.partition, op.offset) in cases:
+            seen_by[(str(op.topic), int(op.partition or 0), int(op.offset or 0))][
+                str(op.value)].add(op.client)
+        elif op.op == "poll":
+            for topic, partition, offset, value in op.records:
+                if (topic, partition, offset) in cases:
+                    seen_by[(topic, partition, offset)][str(value)].add(op.client)
+    for key, case in cases.items():
+        case["seen_by"] = {value: sorted(clients) for value, clients in
+                           sorted(seen_by[key].items())}
 
 
 def _duplicates(seen: _Seen, out: list[dict[str, Any]]) -> None:
@@ -219,13 +252,15 @@ def _polls_in_order(ops: Sequence[Op], seen: _Seen, skipped: set[str],
 # Figures and bounds -------------------------------------------------------------------------
 
 
-def _figures(ops: Sequence[Op], sends: Sequence[Op], figures: dict[str, Any]) -> None:
+def _figures(ops: Sequence[Op], sends: Sequence[Op], figures: dict[str, Any],
+             read_by_several: int = 0) -> None:
     outcomes = {name: sum(1 for op in sends if op.outcome == name)
                 for name in ("ok", "failed", "unknown")}
     figures["sends"] = {"total": len(sends), **outcomes}
     figures["error_rate"] = (
         round((outcomes["failed"] + outcomes["unknown"]) / len(sends), 6) if sends else 0.0)
     figures["records_polled"] = sum(len(op.records) for op in ops if op.op == "poll")
+    figures["offsets_read_by_several"] = read_by_several
     faults = [op for op in ops if op.op == "fault"]
     acked = sorted((op for op in sends if op.outcome == "ok"), key=lambda o: o.complete_ns)
     inside = [op.latency_ns for op in acked if _in_any(op, faults)]

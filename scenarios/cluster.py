@@ -1,5 +1,5 @@
 """The nodes of a real-mode scenario: `krill start` processes the runner starts, signals and
-stops.
+stops, and, in a cluster, the link proxies between them.
 
 Each node runs in its own process group (so kill -9 of the node takes the supervisor and
 every shard at once, as a power cut would), on free 127.0.0.1 ports, with its settings in a
@@ -11,11 +11,22 @@ machine's own disk is filled. A holder process keeps the namespace (and the tmpf
 across kills and restarts of the node; the node and the disk filler enter it with `nsenter`.
 This needs the privilege to make a mount namespace (root, or unprivileged user namespaces);
 without it a scenario that asks for `disk_size` stops with that reason.
+
+A cluster (`Cluster`, more than one node) numbers its nodes from 1, as their seeds do. Node i
+gets `shards` consecutive RPC ports (its shard k listens on rpc_port + k), found free below
+the kernel's ephemeral range, so an outgoing connection never takes one while the node is
+down between a kill and its restart. With link proxies, node i's seeds name, for every other
+node j, the port of the i -> j proxy (scenarios/link_proxy.py) and its own real rpc_port, so
+every byte of node RPC crosses a proxy the nemesis can cut or delay. The processes start
+together and are waited for together: a node of a cluster may be ready only once its peers
+are up. `leader_of` asks each node that is up (not killed or stopped) for a partition's
+leader, alone (a client bootstrapped from it), and takes the answer most of them give.
 """
 
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import signal
 import socket
@@ -24,14 +35,16 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from scenarios import limits
+from scenarios.link_proxy import LinkProxy, ProxyStats, ProxyThread, bind_consecutive
 
-__all__ = ["ClusterError", "Node", "free_port"]
+__all__ = ["Cluster", "ClusterError", "Node", "free_port", "free_ports"]
 
 REPO = Path(__file__).resolve().parents[1]
 FILLER = ".scenario-disk-filler"
@@ -47,6 +60,45 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+# Ports a node binds again after a restart are drawn from here: below the kernel's ephemeral
+# range (net.ipv4.ip_local_port_range, 32768 by default), where no outgoing connection and no
+# `bind(0)` lands. Ports below 10000 are left to services.
+STABLE_PORT_LOW = 10_000
+PORT_TRIES_MAX = 200
+
+
+def free_ports(count: int) -> int:
+    """The first of `count` consecutive free ports, outside the ephemeral range if it can."""
+    high = _ephemeral_low()
+    rng = random.Random()
+    for _ in range(PORT_TRIES_MAX):
+        base = rng.randrange(STABLE_PORT_LOW, max(STABLE_PORT_LOW + 1, high - count))
+        held: list[socket.socket] = []
+        try:
+            for k in range(count):
+                s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                held.append(s)
+                s.bind(("127.0.0.1", base + k))
+            return base
+        except OSError:
+            continue
+        finally:
+            for s in held:
+                s.close()
+    sockets = bind_consecutive(count)  # anywhere free, then
+    base = int(sockets[0].getsockname()[1])
+    for s in sockets:
+        s.close()
+    return base
+
+
+def _ephemeral_low() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 class Node:
     def __init__(self, node_id: int, out: Path, shards: int, settings: dict[str, Any],
                  disk_size: int | None = None) -> None:
@@ -58,6 +110,7 @@ class Node:
         self.log_path = out / f"node-{node_id}.log"
         self.config_path = out / f"node-{node_id}.yaml"
         self.port, self.admin_port, self.reader_port = free_port(), free_port(), free_port()
+        self.rpc_port: int | None = settings.get("rpc_port")  # shard 0's, in a cluster
         self.shards = shards
         self.config_path.write_text(yaml.safe_dump(settings or {}))
         self.disk_size = disk_size
@@ -93,6 +146,10 @@ class Node:
                                f"unprivileged user namespaces): {err.decode().strip()[-200:]}")
 
     def start(self) -> None:
+        self.launch()
+        self.wait_ready()
+
+    def launch(self) -> None:
         assert self.process is None or self.process.poll() is not None, "already running"
         log = open(self.log_path, "ab")
         self.process = subprocess.Popen(
@@ -104,6 +161,9 @@ class Node:
             cwd=REPO, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         log.close()
         self.stopped.clear()
+
+    def wait_ready(self) -> None:
+        assert self.process is not None
         deadline = time.monotonic() + limits.node_start_timeout_s
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
@@ -138,6 +198,10 @@ class Node:
 
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
+
+    def up(self) -> bool:
+        """Running and not stopped (a node with a stopped shard may not answer)."""
+        return self.alive() and not self.stopped
 
     def pids(self, target: str) -> list[int]:
         """The processes a target names: the node's group leader (whose group is the node),
@@ -257,3 +321,159 @@ class Node:
             if self.holder is not None and self.holder.poll() is None:
                 os.killpg(self.holder.pid, signal.SIGKILL)
                 self.holder.wait()
+
+
+# A cluster's waits.
+CLUSTER_READY_TIMEOUT_S = 60.0  # every partition has a leader that every node names
+LEADER_LOOKUP_TIMEOUT_S = 30.0  # a step's `leader of` waits this long for an elected leader
+METADATA_TIMEOUT_S = 3.0  # one node's Metadata answer (a node that is up answers at once)
+LOOKUP_RETRY_S = 0.1
+
+
+class Cluster:
+    """A run's nodes, one (node 0) or a cluster (nodes 1..N, with seeds), and the link proxies
+    between them: `proxies[(a, b)]` carries node a's node RPC to node b."""
+
+    def __init__(self, out: Path, node_ids: list[int], shards: int, settings: dict[str, Any],
+                 disk_size: int | None = None, link_proxies: bool = False) -> None:
+        self.shards = shards
+        self.nodes: dict[int, Node] = {}
+        self.proxies: dict[tuple[int, int], LinkProxy] = {}
+        self._thread: ProxyThread | None = None
+        try:
+            if len(node_ids) == 1:
+                self.nodes[node_ids[0]] = Node(node_ids[0], out, shards, settings, disk_size)
+            else:
+                self._make(out, node_ids, settings, disk_size, link_proxies)
+        except BaseException:
+            self.close()
+            raise
+
+    def _make(self, out: Path, node_ids: list[int], settings: dict[str, Any],
+              disk_size: int | None, link_proxies: bool) -> None:
+        rpc: dict[int, int] = {}
+        taken: set[int] = set()
+        for i in node_ids:  # ranges found one by one may meet: draw again until apart
+            while True:
+                base = free_ports(self.shards)
+                ports = set(range(base, base + self.shards))
+                if not ports & taken:
+                    break
+            rpc[i], taken = base, taken | ports
+        if link_proxies:
+            self._thread = ProxyThread()
+            for a in node_ids:
+                for b in node_ids:
+                    if a != b:
+                        self.proxies[(a, b)] = LinkProxy(
+                            rpc[b], self.shards, name=f"{a}->{b}", thread=self._thread).start()
+        for i in node_ids:
+            seeds = ",".join(f"{j}@127.0.0.1:{self._reach(i, j, rpc)}" for j in node_ids)
+            self.nodes[i] = Node(i, out, self.shards,
+                                 {**settings, "seeds": seeds, "rpc_port": rpc[i]}, disk_size)
+
+    def _reach(self, a: int, b: int, rpc: dict[int, int]) -> int:
+        """The port node a's seeds give node b: b's own, or the a -> b proxy's."""
+        proxy = self.proxies.get((a, b))
+        return proxy.port if proxy is not None else rpc[b]
+
+    def start(self) -> None:
+        """Every node's process first, then each waited for: a node of a cluster may be ready
+        only once its peers answer."""
+        for node in self.nodes.values():
+            node.launch()
+        for node in self.nodes.values():
+            node.wait_ready()
+
+    def node(self, node_id: int) -> Node:
+        if node_id not in self.nodes:
+            raise ClusterError(f"there is no node {node_id} (nodes: "
+                               f"{', '.join(map(str, self.nodes))})")
+        return self.nodes[node_id]
+
+    def bootstrap(self, node_ids: list[int] | None = None) -> str:
+        ids = list(self.nodes) if node_ids is None else node_ids
+        return ",".join(self.nodes[i].bootstrap for i in ids)
+
+    def up(self) -> list[Node]:
+        return [node for node in self.nodes.values() if node.up()]
+
+    # --- Metadata: leaders as the nodes tell them ---------------------------------------------
+
+    def leaders(self, node: Node, timeout_s: float = METADATA_TIMEOUT_S
+                ) -> dict[tuple[str, int], int] | None:
+        """Every partition's leader (-1: none) as this node answers Metadata; None when it
+        does not answer in time."""
+        from confluent_kafka import KafkaException
+        from confluent_kafka.admin import AdminClient
+
+        client = AdminClient({"bootstrap.servers": node.bootstrap, "log_level": 0,
+                              "socket.connection.setup.timeout.ms": int(timeout_s * 1000)})
+        try:
+            metadata = client.list_topics(timeout=timeout_s)
+        except KafkaException:
+            return None
+        return {(name, p): part.leader for name, topic in metadata.topics.items()
+                if topic.error is None for p, part in topic.partitions.items()}
+
+    def leader_of(self, topic: str, partition: int, timeout_s: float = LEADER_LOOKUP_TIMEOUT_S
+                  ) -> tuple[int | None, dict[int, int | None]]:
+        """The node most nodes that are up name as the partition's leader, and each one's
+        answer (None: no answer); waits up to `timeout_s` for one to be named (0: asks once)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            answers: dict[int, int | None] = {}
+            for node in self.up():
+                leaders = self.leaders(node)
+                answers[node.node_id] = None if leaders is None \
+                    else leaders.get((topic, partition), -1)
+            named = Counter(a for a in answers.values() if a is not None and a in self.nodes)
+            if named:
+                return named.most_common(1)[0][0], answers
+            if time.monotonic() >= deadline:
+                return None, answers
+            time.sleep(LOOKUP_RETRY_S)
+
+    def wait_for_leaders(self, topics: list[tuple[str, int]],
+                         timeout_s: float = CLUSTER_READY_TIMEOUT_S) -> None:
+        """Until every node names a leader for every partition of `topics` (name, count)."""
+        deadline = time.monotonic() + timeout_s
+        wanted = [(name, p) for name, count in topics for p in range(count)]
+        while True:
+            missing: list[str] = []
+            for node in self.nodes.values():
+                leaders = self.leaders(node) or {}
+                missing += [f"{t}-{p} (node {node.node_id})" for t, p in wanted
+                            if leaders.get((t, p), -1) not in self.nodes]
+            if not missing:
+                return
+            if time.monotonic() >= deadline:
+                raise ClusterError(f"no leader after {timeout_s:g}s for {len(missing)} "
+                                   f"partition(s): {', '.join(missing[:5])}")
+            time.sleep(LOOKUP_RETRY_S)
+
+    # --- links ------------------------------------------------------------------------------
+
+    def link(self, a: int, b: int) -> LinkProxy:
+        proxy = self.proxies.get((a, b))
+        if proxy is None:
+            raise ClusterError(f"no link proxy from node {a} to node {b} (a cluster of one "
+                               "node has none)")
+        return proxy
+
+    def link_stats(self) -> dict[str, ProxyStats]:
+        return {f"{a}->{b}": proxy.stats() for (a, b), proxy in self.proxies.items()}
+
+    def close(self) -> None:
+        errors: list[BaseException] = []
+        for node in self.nodes.values():
+            try:
+                node.close()
+            except Exception as e:  # noqa: BLE001 - stop the others, then say so
+                errors.append(e)
+        for proxy in self.proxies.values():
+            proxy.close()
+        if self._thread is not None:
+            self._thread.close()
+        if errors:
+            raise errors[0]

@@ -2,7 +2,9 @@
 
     run(scenario, out) -> report dict
 
-1. The nodes start (scenarios/cluster.py) and the topics are made.
+1. The nodes start (scenarios/cluster.py) and the topics are made. A cluster (more than one
+   node) starts every node with the others as seeds, through link proxies when a step cuts
+   or delays links, and the run waits until every node names a leader for every partition.
 2. The client workers start (scenarios/worker.py): consumers first, so they are in their
    groups before the first record; then producers at the workload's rate. With
    `consumerBacklogSizeGB` the consumers wait, paused, until that much is written (OMB).
@@ -16,7 +18,11 @@
    `report.json`, `timeline.png`, and a verdict table on stdout.
 
 The nemesis only ever acts through what a user or an operator has: signals to processes,
-the admin API's failure probes, a filesystem of a given size, Kafka admin requests.
+the admin API's failure probes, a filesystem of a given size, Kafka admin requests, and the
+network between nodes (the link proxies). A step that names `leader of <topic>-<partition>`
+asks the nodes that are up when it runs; the step's record in the report says which node it
+hit (`node`), what each node answered (`leaders_seen`), and, when it is undone, which node led
+then (`leader_at_undo`), so a run shows that leadership moved.
 """
 
 from __future__ import annotations
@@ -38,9 +44,9 @@ import msgpack
 
 from scenarios import limits
 from scenarios.checker import check
-from scenarios.cluster import REPO, Node
+from scenarios.cluster import CLUSTER_READY_TIMEOUT_S, REPO, Cluster, Node
 from scenarios.history import Op, write_history
-from scenarios.spec import Scenario, Step, seconds, size_bytes
+from scenarios.spec import Link, NodeRef, Scenario, Step, node_ref, seconds, size_bytes, target
 
 __all__ = ["RunError", "build_history", "run"]
 
@@ -50,6 +56,7 @@ WARMUP_TOPIC = "scenario-warmup"  # each producer's first record (its producer i
 PROBES = "/v1/failure-probes"
 # The guard's threshold a `disk_full` fills past when the scenario sets none (bytes left).
 DISK_FULL_LEAVE_BYTES = 1 << 20
+CREATE_RETRY_S = 0.5  # a cluster's CreateTopics asked again while its controller is elected
 
 
 class RunError(RuntimeError):
@@ -57,15 +64,17 @@ class RunError(RuntimeError):
 
 
 class Worker:
-    """One client process: commands in on stdin, stats lines out on stdout."""
+    """One client process: commands in on stdin, stats lines out on stdout. `name` (the role,
+    unless several processes share one: `consumers-n2`) names its files and stats."""
 
     def __init__(self, role: str, config: dict[str, Any], out: Path,
-                 on_stats: Callable[[str, dict[str, Any]], None]) -> None:
+                 on_stats: Callable[[str, dict[str, Any]], None], name: str = "") -> None:
         self.role = role
-        path = out / f"worker-{role}.json"
-        config = {**config, "role": role, "history": str(out / f"history-{role}.msgpack")}
+        self.name = name = name or role
+        path = out / f"worker-{name}.json"
+        config = {**config, "role": role, "history": str(out / f"history-{name}.msgpack")}
         path.write_text(json.dumps(config))
-        with open(out / f"worker-{role}.log", "ab") as log:
+        with open(out / f"worker-{name}.log", "ab") as log:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "scenarios.worker", str(path)], cwd=REPO,
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True,
@@ -76,7 +85,7 @@ class Worker:
         threading.Thread(target=self._read, daemon=True).start()
         if not self.ready.wait(limits.worker_ready_timeout_s):
             self.kill()
-            raise RunError(f"the {role} worker did not start; see {out}/worker-{role}.log")
+            raise RunError(f"the {name} worker did not start; see {out}/worker-{name}.log")
 
     def _read(self) -> None:
         assert self.process.stdout is not None
@@ -90,7 +99,7 @@ class Worker:
             elif stats.get("done"):
                 self.done = stats
             else:
-                self._on_stats(self.role, stats)
+                self._on_stats(self.name, stats)
         self.ready.set()
 
     def command(self, line: str) -> None:
@@ -135,8 +144,9 @@ class Run:
         self.s = scenario
         self.recording = recording
         self.out = out
-        self.nodes: list[Node] = []
+        self.cluster: Cluster | None = None
         self.workers: dict[str, Worker] = {}
+        self.consumer_workers: list[tuple[Worker, list[str]]] = []  # and its consumers' names
         self.live = _Live()
         self.faults: list[dict[str, Any]] = []  # name, start_ns, end_ns (None while on)
         self.undo: dict[int, Callable[[], None]] = {}  # step index -> undo, while on
@@ -145,6 +155,14 @@ class Run:
         self.rng = random.Random(scenario.seed)
         self.errors: list[str] = []
         self.backlog_pending = scenario.workload.consumer_backlog_bytes > 0
+        self.notes: dict[str, Any] = {}  # what the step being done found (its node, leaders)
+        self.link_pairs: dict[int, set[tuple[int, int]]] = {}  # link step -> its links
+        self.doing = -1  # the index of the step being done
+        self.links: dict[str, dict[str, int]] = {}  # each link proxy's counters, at the end
+
+    @property
+    def nodes(self) -> list[Node]:
+        return list(self.cluster.nodes.values()) if self.cluster is not None else []
 
     # --- the cluster --------------------------------------------------------------------
 
@@ -155,21 +173,44 @@ class Run:
         settings.setdefault("group_initial_rebalance_delay_ms", 0)
         if any(step.action in ("slow_disk", "fsync_error") for step in self.s.steps):
             settings.setdefault("enable_failure_injection", True)
+        if self.s.nodes > 1:
+            settings.setdefault("default_replicas", min(3, self.s.nodes))
         return settings
 
     def start_cluster(self) -> None:
         work = self.out / "data"
         if work.exists():
             shutil.rmtree(work)
-        for node_id in range(self.s.nodes):
-            node = Node(node_id, self.out, self.s.shards, self.settings(), self.s.disk_size)
-            self.nodes.append(node)
-            node.start()
+        self.cluster = Cluster(self.out, self.s.node_ids, self.s.shards, self.settings(),
+                               self.s.disk_size, self.s.link_proxies)
+        self.cluster.start()
         warmup = {"name": WARMUP_TOPIC, "partitions": 1, "config": {}}
-        self.admin_client().create_topics(self._new_topics([*self.s.topics, warmup]))
+        self.create_topics([*self.s.topics, warmup])
 
-    def bootstrap(self) -> str:
-        return ",".join(n.bootstrap for n in self.nodes)
+    def create_topics(self, topics: list[dict[str, Any]]) -> None:
+        """Made, and in a cluster led: every node names a leader for every partition (the
+        controller may still be electing at first: asked again until the deadline)."""
+        if self.s.nodes == 1:
+            self.admin_client().create_topics(self._new_topics(topics))
+            return
+        assert self.cluster is not None
+        deadline = time.monotonic() + CLUSTER_READY_TIMEOUT_S
+        attempt = 0
+        while True:
+            try:
+                self.admin_client().create_topics(self._new_topics(topics), exist_ok=attempt > 0)
+                break
+            except RunError:
+                if time.monotonic() >= deadline:
+                    raise
+                attempt += 1
+                time.sleep(CREATE_RETRY_S)
+        self.cluster.wait_for_leaders([(t["name"], t["partitions"]) for t in topics],
+                                      max(1.0, deadline - time.monotonic()))
+
+    def bootstrap(self, node_ids: list[int] | None = None) -> str:
+        assert self.cluster is not None
+        return self.cluster.bootstrap(node_ids)
 
     def admin_client(self) -> Any:
         from confluent_kafka.admin import AdminClient
@@ -179,7 +220,9 @@ class Run:
     def _new_topics(self, topics: list[dict[str, Any]]) -> list[Any]:
         from confluent_kafka.admin import NewTopic
 
-        return [NewTopic(t["name"], t["partitions"], 1, config=t["config"]) for t in topics]
+        replicas = int(self.settings().get("default_replicas", 1))
+        return [NewTopic(t["name"], t["partitions"], t.get("replicas", replicas),
+                         config=t["config"]) for t in topics]
 
     # --- the workload -------------------------------------------------------------------
 
@@ -200,12 +243,15 @@ class Run:
         consumers = [(f"c{i * w.consumer_per_subscription + j}", group, topics)
                      for i, (group, topics) in enumerate(subscriptions.items())
                      for j in range(w.consumer_per_subscription)]
-        if consumers:
-            self.workers["consumers"] = Worker(
-                "consumers", {**base, "consumers": consumers, "subscriptions": subscriptions},
-                self.out, self.live.on_stats)
+        for name, bootstrap, groups in self._consumer_processes(list(subscriptions)):
+            mine = [c for c in consumers if c[1] in groups]
+            worker = Worker("consumers", {**base, "bootstrap": bootstrap, "consumers": mine,
+                                          "subscriptions": {g: subscriptions[g] for g in groups}},
+                            self.out, self.live.on_stats, name=name)
+            self.workers[name] = worker
+            self.consumer_workers.append((worker, [c[0] for c in mine]))
             if w.consumer_backlog_bytes:
-                self.workers["consumers"].command("pause all")
+                worker.command("pause all")
         producers = [(f"p{i}", topic) for topic in self.s.workload_topics
                      for i in range(w.producers_per_topic)]
         producers = [(f"p{i}", topic) for i, (_, topic) in enumerate(producers)]
@@ -213,6 +259,22 @@ class Run:
             self.workers["producers"] = Worker(
                 "producers", {**base, "producers": producers, "rate": w.producer_rate},
                 self.out, self.live.on_stats)
+
+    def _consumer_processes(self, groups: list[str]) -> list[tuple[str, str, list[str]]]:
+        """(worker name, bootstrap, groups) per consumer process: one bootstrapped from every
+        node, or with `consumer_bootstrap: spread` one per node, subscription i's consumers
+        bootstrapped from node i mod N alone. A group stays in one process: its drain asks
+        every member's position."""
+        if not groups:
+            return []
+        if self.s.consumer_bootstrap != "spread" or self.s.nodes == 1:
+            return [("consumers", self.bootstrap(), groups)]
+        ids = self.s.node_ids
+        by_node: dict[int, list[str]] = {}
+        for i, group in enumerate(groups):
+            by_node.setdefault(ids[i % len(ids)], []).append(group)
+        return [(f"consumers-n{node}", self.bootstrap([node]), mine)
+                for node, mine in by_node.items()]
 
     def end_offsets(self) -> list[tuple[str, int, int]]:
         from confluent_kafka import Consumer, TopicPartition
@@ -287,16 +349,42 @@ class Run:
             assert step.undo is not None
             self.undo_step(step.undo)
             return
+        self.notes, self.doing = {}, step.index
         start = time.monotonic_ns()
-        fault = {"step": step.index, "name": step.name, "start_ns": start, "end_ns": None}
         undo = getattr(self, f"_{step.action}")(step.arg)
-        self.step_log.append({"step": step.index, "name": step.name,
-                              "at_s": round((start - self.start_ns) / 1e9, 3)})
+        notes, self.notes = self.notes, {}
+        found = "found_ns" in notes  # a node drawn or asked for, or links: name them
+        start = notes.pop("found_ns", start)  # the fault began once its node was found
+        entry = {"step": step.index, "name": step.name,
+                 "at_s": round((start - self.start_ns) / 1e9, 3), **notes}
+        self.step_log.append(entry)
+        said = notes.get("links", notes.get("node"))
+        name = f"{step.name} ({said})" if found and said is not None else step.name
+        fault = {"step": step.index, "name": name, "start_ns": start, "end_ns": None}
         self.faults.append(fault)
         if undo is None:  # done at once (restart, add_partitions): its window is its length
             fault["end_ns"] = time.monotonic_ns()
+            if "leader_of" in notes:
+                entry["leader_after"] = self._leader_now(notes["leader_of"])
         else:
-            self.undo[step.index] = undo
+            self.undo[step.index] = self._noting_leader(undo, entry) \
+                if "leader_of" in notes else undo
+
+    def _leader_now(self, partition: str) -> int | None:
+        """The node the nodes that are up name as the partition's leader now (asked once)."""
+        assert self.cluster is not None
+        topic, _, number = partition.rpartition("-")
+        return self.cluster.leader_of(topic, int(number), timeout_s=0)[0]
+
+    def _noting_leader(self, undo: Callable[[], None], entry: dict[str, Any]
+                       ) -> Callable[[], None]:
+        """`undo`, after writing down who leads the step's partition just before it: the
+        report's proof that a fault on a leader moved leadership."""
+        def noted() -> None:
+            entry["leader_at_undo"] = self._leader_now(entry["leader_of"])
+            undo()
+
+        return noted
 
     def undo_step(self, index: int) -> None:
         undo = self.undo.pop(index, None)
@@ -314,46 +402,121 @@ class Run:
         for index in sorted(self.undo, reverse=True):
             self.undo_step(index)
 
-    def _target(self, text: str) -> tuple[Node, str]:
-        """'node 0' / 'shard 1' / 'shard 1 of node 0' / 'shard random' -> (node, 'node'|'1')."""
-        words = text.split()
-        node_id = int(words[-1]) if "of" in words else 0
-        if words[0] == "node":
-            node_id = self.rng.randrange(len(self.nodes)) if words[1] == "random" \
-                else int(words[1])
-        if node_id >= len(self.nodes):
-            raise RunError(f"there is no node {node_id}")
-        node = self.nodes[node_id]
-        if words[0] == "node":
+    def _node(self, ref: NodeRef) -> Node:
+        """The node a step names, found now: by number, drawn from the seed, or the leader
+        most nodes that are up name (waiting for one to be elected)."""
+        assert self.cluster is not None
+        ids = list(self.cluster.nodes)
+        if ref.kind == "id":
+            assert ref.id is not None
+            return self.cluster.node(ref.id)
+        if ref.kind == "random":
+            node = self.cluster.node(ids[self.rng.randrange(len(ids))])
+        else:
+            assert ref.topic is not None and ref.partition is not None
+            leader, answers = self.cluster.leader_of(ref.topic, ref.partition)
+            self.notes.setdefault("leader_of", f"{ref.topic}-{ref.partition}")
+            self.notes.setdefault("leaders_seen", {str(k): v for k, v in answers.items()})
+            if leader is None:
+                raise RunError(f"no node that is up names a leader of {ref.topic}-"
+                               f"{ref.partition} (answers: {answers})")
+            node = self.cluster.node(leader)
+        self.notes["found_ns"] = time.monotonic_ns()
+        return node
+
+    def _named(self, value: Any) -> Node:
+        """restart/disk_full/slow_disk/fsync_error's node: 'node 2', 'leader of t-0', {node}."""
+        if isinstance(value, dict):
+            value = value.get("node", self.s.node_ids[0])
+        node = self._node(node_ref(value))
+        self.notes["node"] = node.node_id
+        return node
+
+    def _target(self, arg: Any) -> tuple[Node, str]:
+        """kill/stop's target -> (node, 'node' or the shard's number as a string)."""
+        aim = target(arg, self.s.node_ids[0])
+        node = self._node(aim.node)
+        self.notes["node"] = node.node_id
+        if aim.shard is None:
             return node, "node"
-        shard = self.rng.randrange(node.shards) if words[1] == "random" else int(words[1])
+        shard = self.rng.randrange(node.shards) if aim.shard == -1 else aim.shard
         if shard >= node.shards:
-            raise RunError(f"node {node_id} has {node.shards} shards, not a shard {shard}")
+            raise RunError(f"node {node.node_id} has {node.shards} shards, not a shard {shard}")
         return node, str(shard)
 
-    def _kill(self, arg: str) -> Callable[[], None]:
+    def _kill(self, arg: Any) -> Callable[[], None]:
         node, what = self._target(arg)
         node.kill(what)
         node.wait_gone()  # a shard killed takes its node down (the supervisor stops it)
         return node.start
 
-    def _stop(self, arg: str) -> Callable[[], None]:
+    def _stop(self, arg: Any) -> Callable[[], None]:
         node, what = self._target(arg)
         node.pause(what)
         return node.resume
 
-    def _restart(self, arg: str) -> None:
-        node, _ = self._target(arg)
+    def _restart(self, arg: Any) -> None:
+        node = self._named(arg)
         node.stop()
         node.start()
 
     def _disk_full(self, arg: Any) -> Callable[[], None]:
-        target = arg if isinstance(arg, str) else arg.get("node", "node 0")
         leave = DISK_FULL_LEAVE_BYTES if isinstance(arg, str) else size_bytes(
             arg.get("leave", DISK_FULL_LEAVE_BYTES))
-        node, _ = self._target(target)
+        node = self._named(arg)
         node.fill_disk(leave)
         return node.free_disk
+
+    def _link(self, link: Link) -> Callable[[], None] | None:
+        """Cut (both ways), lose (from -> to), delay (both ways) or heal the links between
+        the step's nodes, each one direction's proxy (scenarios/link_proxy.py)."""
+        assert self.cluster is not None
+        pairs = self._pairs(link)
+        self.notes["links"] = ", ".join(f"{a}->{b}" for a, b in sorted(pairs))
+        self.notes["found_ns"] = time.monotonic_ns()
+        proxies = [self.cluster.link(a, b) for a, b in sorted(pairs)]
+        if link.mode == "heal":  # and a link fault still on over these links is over
+            for index, held in list(self.link_pairs.items()):
+                if held & pairs:
+                    self.undo_step(index)
+            for proxy in proxies:
+                proxy.heal()
+            return None
+        for proxy in proxies:
+            if link.mode == "delay":
+                proxy.delay(link.ms)
+            else:
+                proxy.cut()
+        index = self.doing
+        self.link_pairs[index] = pairs
+
+        def heal() -> None:
+            self.link_pairs.pop(index, None)
+            for proxy in proxies:
+                proxy.heal()
+
+        return heal
+
+    def _pairs(self, link: Link) -> set[tuple[int, int]]:
+        """The (from, to) node pairs whose proxies a link step sets; a side that is None is
+        every node not on the other, both None every pair."""
+        assert self.cluster is not None
+        ids = list(self.cluster.nodes)
+        sources = None if link.sources is None else [self._node(r).node_id for r in link.sources]
+        targets = None if link.targets is None else [self._node(r).node_id for r in link.targets]
+        if sources is None and targets is None:
+            return {(a, b) for a in ids for b in ids if a != b}
+        if sources is None:
+            sources = [i for i in ids if i not in (targets or [])]
+        if targets is None:
+            targets = [i for i in ids if i not in sources]
+        pairs = {(a, b) for a in sources for b in targets if a != b}
+        if link.mode != "loss":
+            pairs |= {(b, a) for a, b in pairs}
+        if not pairs:
+            raise RunError(f"link {link.mode}: from {sources} to {targets} names no two nodes")
+        self.notes["from"], self.notes["to"] = sources, targets
+        return pairs
 
     def _probe(self, node: Node, path: str) -> Callable[[], None]:
         status, body = node.admin("PUT", f"{PROBES}/{path}")
@@ -368,20 +531,32 @@ class Run:
         return clear
 
     def _slow_disk(self, arg: dict[str, Any]) -> Callable[[], None]:
-        node, _ = self._target(arg.get("node", "node 0"))
+        node = self._named(arg)
         return self._probe(node, f"storage/fdatasync/delay?ms={arg['fdatasync_ms']}")
 
-    def _fsync_error(self, arg: str) -> Callable[[], None]:
-        node, _ = self._target(arg)
+    def _fsync_error(self, arg: Any) -> Callable[[], None]:
+        node = self._named(arg)
         return self._probe(node, "storage/fdatasync/exception")
 
     def _slow_consumer(self, arg: str) -> Callable[[], None]:
-        worker = self.workers.get("consumers")
-        if worker is None:
+        if not self.consumer_workers:
             raise RunError("slow_consumer needs consumers (subscriptionsPerTopic)")
-        which = "all" if arg == "all" else arg.split()[1]
-        worker.command(f"pause {which}")
-        return lambda: worker.command(f"resume {which}")
+        if arg == "all":
+            held = [(worker, "all") for worker, _ in self.consumer_workers]
+        else:  # consumer k is in one process, at its own index there
+            name = f"c{arg.split()[1]}"
+            held = [(worker, str(names.index(name))) for worker, names in self.consumer_workers
+                    if name in names]
+            if not held:
+                raise RunError(f"there is no {arg}")
+        for worker, which in held:
+            worker.command(f"pause {which}")
+
+        def resume() -> None:
+            for worker, which in held:
+                worker.command(f"resume {which}")
+
+        return resume
 
     def _producer_flood(self, arg: dict[str, Any]) -> Callable[[], None]:
         topic = arg.get("topic", FLOOD_TOPIC)
@@ -417,8 +592,8 @@ class Run:
         w = self.s.workload
         self.start_cluster()
         if any(s.action == "producer_flood" for s in self.s.steps):
-            self.admin_client().create_topics(self._new_topics(
-                [{"name": FLOOD_TOPIC, "partitions": self.s.shards, "config": {}}]))
+            self.create_topics([{"name": FLOOD_TOPIC, "partitions": self.s.shards,
+                                 "config": {}}])
         self.start_workers()
         self.start_ns = time.monotonic_ns()  # the clock starts once every client is ready
         total_s = w.warmup_s + w.duration_s
@@ -444,10 +619,10 @@ class Run:
 
     def _backlog_reached(self) -> None:
         w = self.s.workload
-        consumers = self.workers.get("consumers")
-        if self.backlog_pending and consumers and \
+        if self.backlog_pending and self.consumer_workers and \
                 self.live.acked_total * w.message_size >= w.consumer_backlog_bytes:
-            consumers.command("resume all")
+            for consumers, _ in self.consumer_workers:
+                consumers.command("resume all")
             self.backlog_pending = False
 
     def _show(self, progress: Any, total_s: float) -> None:
@@ -457,20 +632,22 @@ class Run:
                         p.get("p99_ms") or 0.0, len(self.faults))
 
     def finish(self) -> None:
-        producers, consumers = self.workers.get("producers"), self.workers.get("consumers")
+        producers = self.workers.get("producers")
         if producers is not None:
             producers.command("stop")
             if not producers.wait(limits.finish_timeout_s + 30):
                 self.errors.append("the producers did not finish in time (killed)")
-        if consumers is not None:
+        if self.consumer_workers:
             try:
                 ends = self.end_offsets()
             except Exception as e:  # noqa: BLE001 - a node that is down: drain what can be
                 self.errors.append(f"could not read end offsets: {e}")
                 ends = []
-            consumers.command("drain " + json.dumps(ends))
-            if not consumers.wait(limits.drain_timeout_s + 30):
-                self.errors.append("the consumers did not drain in time (killed)")
+            for consumers, _ in self.consumer_workers:
+                consumers.command("drain " + json.dumps(ends))
+            for consumers, _ in self.consumer_workers:  # they drain together
+                if not consumers.wait(limits.drain_timeout_s + 30):
+                    self.errors.append(f"the {consumers.name} did not drain in time (killed)")
         for worker in self.workers.values():
             worker.command("stop")
             worker.wait(limits.worker_exit_timeout_s)
@@ -478,8 +655,11 @@ class Run:
     def close(self) -> None:
         for worker in self.workers.values():
             worker.kill()
-        for node in self.nodes:
-            node.close()
+        if self.cluster is not None:
+            if self.cluster.proxies:
+                self.links = {name: dataclasses.asdict(stats)
+                              for name, stats in self.cluster.link_stats().items()}
+            self.cluster.close()
 
 
 class _Admin:
@@ -518,19 +698,17 @@ class _Admin:
 
 def build_history(out: Path, faults: list[dict[str, Any]]) -> list[Op]:
     """The workers' packed operations (the format is in scenarios/worker.py) and the
-    nemesis's faults, as `Op`s in completion order."""
+    nemesis's faults, as `Op`s in completion order. Every worker's file counts (a cluster's
+    consumers may be one process per node); its header says whose operations it holds."""
     ops: list[Op] = []
-    for role in ("producers", "consumers"):
-        path = out / f"history-{role}.msgpack"
-        if not path.exists():
-            continue
+    for path in sorted(out.glob("history-*.msgpack")):
         with open(path, "rb") as f:
             unpacker = msgpack.Unpacker(f, raw=False, use_list=False)
             header = next(unpacker, None)
-            if header is None:
+            if not isinstance(header, dict) or not {"producers", "consumers"} & header.keys():
                 continue
             for sends, polls, assigns in unpacker:
-                if role == "producers":
+                if "producers" in header:
                     ops.extend(_send(header["producers"], raw) for raw in sends)
                 else:
                     names = [name for name, _ in header["consumers"]]
@@ -642,7 +820,11 @@ def run(scenario: Scenario, out: Path, quiet: bool = False, keep_data: bool = Fa
                            for role, w in runner.workers.items() if w.done},
                   workload={"rate": scenario.workload.producer_rate,
                             "messageSize": scenario.workload.message_size,
-                            "client": scenario.workload.client})
+                            "client": scenario.workload.client},
+                  cluster={"nodes": scenario.node_ids, "shards": scenario.shards,
+                           "replicas": runner.settings().get("default_replicas", 1),
+                           "consumer_bootstrap": scenario.consumer_bootstrap,
+                           "links": runner.links})
     (out / "report.json").write_text(json.dumps(report, indent=2, default=str))
     timeline_png(out / "timeline.png", ops, faults, runner.start_ns)
     if not quiet:

@@ -7,16 +7,23 @@ Every mistake is one `SpecError` line naming the file, the line and column, and 
 The sections (every field is documented in scenarios/README.md):
 
 - `cluster`: `mode` (`real`, the default: node processes and Kafka clients; `simulated`: the
-  actors in one process, scenarios/sim/), `nodes`, `shards` per node, node `settings` (the
-  keys of `krill start --config`), `disk_size` (the data directory on a filesystem of that
-  size, so `disk_full` is a real full disk).
-- `topics`: name, partitions, config (topic configs, as `krill topic create --config`).
+  actors in one process, scenarios/sim/), `nodes` (more than one: a cluster whose nodes are
+  numbered from 1, as its seeds are; one node is node 0), `shards` per node, node `settings`
+  (the keys of `krill start --config`), `disk_size` (the data directory on a filesystem of
+  that size, so `disk_full` is a real full disk), `consumer_bootstrap` (`all` nodes, or
+  `spread`: subscription i bootstraps from one node), `link_proxies` (a proxy per ordered
+  node pair even without a `link` step).
+- `topics`: name, partitions, replicas, config (topic configs, as `krill topic create
+  --config`).
 - `workload`: OpenMessaging Benchmark's fields, spelled as OMB spells them, plus `client`
   and its `producerConfig` / `consumerConfig`. A bare OMB workload file (its fields at the top
   level) runs unchanged: it is read as the `workload` of a one-node cluster.
 - `steps`: faults on a timeline (`at: 10s`, or `at: 5s..20s`, drawn from the seed) or after
   a condition (`after: {acked: 10000}`), each undone `for:` a time later, by a later
-  `undo:` step, or at the end.
+  `undo:` step, or at the end. A step addresses a node by number (`node 2`, `{node: 2}`) or
+  by role, found when the step runs: `leader of orders-0` (the leader of partition 0 of
+  `orders`). `link: cut | delay | loss | heal` with `from`, `to` (and `ms` for a delay)
+  changes the links between nodes.
 - `checks`: the anomalies that may not occur and the bounds of scenarios/checker.py.
 """
 
@@ -34,7 +41,8 @@ import yaml
 
 from scenarios.checker import ANOMALIES, Bounds
 
-__all__ = ["ACTIONS", "Scenario", "SpecError", "Step", "Workload", "load", "parse"]
+__all__ = ["ACTIONS", "LINK_MODES", "Link", "NodeRef", "Scenario", "SpecError", "Step", "Target",
+           "Workload", "load", "node_ids", "parse", "target"]
 
 # What a step may do in a real cluster, and what undoes it ("" for what is not undone).
 ACTIONS = {
@@ -48,21 +56,35 @@ ACTIONS = {
     "producer_flood": "end",     # producers over the node's memory budget
     "delete_topic": "recreate",  # delete a topic under load; undo: create it again
     "add_partitions": "",        # CreatePartitions under load
-    "link": "heal",              # cut, delay or one-way drop a link between nodes
+    "link": "heal",              # cut, delay or one-way drop the links between nodes
 }
-NEEDS_REPLICATION = "comes with replication (the Raft issue, #17): a one-node Krill has no link"
+# `link:` modes: cut (both ways), loss (from -> to only), delay (both ways), heal (not undone).
+LINK_MODES = ("cut", "delay", "loss", "heal")
 
 _DURATION = r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|min|h)?\s*$"
 _RANGE = r"^\s*(\d+(?:\.\d+)?\s*(?:ms|s|m|min|h)?)\s*\.\.\s*(\d+(?:\.\d+)?\s*(?:ms|s|m|min|h)?)\s*$"
 _SIZE = r"^\s*(\d+)\s*(B|KiB|MiB|GiB|KB|MB|GB)?\s*$"
-_TARGET = r"^(node|shard) (\d+|random)( of node \d+)?$"
+# A node: by number, drawn from the seed, or the leader of a partition (`<topic>-<partition>`,
+# as Kafka spells it) when the step runs.
+_NODE_WORDS = r"(?:node (?:\d+|random)|leader of \S+-\d+)"
+_NODE_TARGET = rf"^{_NODE_WORDS}$"
+_TARGET = rf"^(?:{_NODE_WORDS}|shard (?:\d+|random)(?: of {_NODE_WORDS})?)$"
 
 _duration = {"oneOf": [{"type": "number", "minimum": 0},
                        {"type": "string", "pattern": _DURATION}]}
 _size = {"oneOf": [{"type": "integer", "minimum": 0}, {"type": "string", "pattern": _SIZE}]}
-_target = {"type": "string", "pattern": _TARGET}
-_node_target = {"type": "string", "pattern": r"^node (\d+|random)$"}
 _count = {"type": "integer", "minimum": 0}
+_node_ref = {"oneOf": [{"type": "string", "pattern": _NODE_TARGET}, _count]}
+_node_target = {"oneOf": [{"type": "string", "pattern": _NODE_TARGET},
+                          {"type": "object", "properties": {"node": _node_ref},
+                           "required": ["node"], "additionalProperties": False}]}
+_target = {"oneOf": [{"type": "string", "pattern": _TARGET},
+                     {"type": "object",
+                      "properties": {"node": _node_ref,
+                                     "shard": {"oneOf": [_count, {"const": "random"}]}},
+                      "required": ["node"], "additionalProperties": False}]}
+_nodes = {"oneOf": [_node_ref, {"const": "others"},
+                    {"type": "array", "items": _node_ref, "minItems": 1}]}
 _config_map = {"type": "object", "additionalProperties": {"type": ["string", "number",
                                                                    "boolean"]}}
 
@@ -74,9 +96,8 @@ def _action(props: dict[str, Any], required: list[str] | None = None) -> dict[st
 
 _ACTION_SCHEMAS: dict[str, Any] = {
     "kill": _target, "stop": _target, "restart": _node_target,
-    "disk_full": {"oneOf": [_node_target, _action({"node": _node_target,
-                                                   "leave": _size})]},
-    "slow_disk": _action({"node": _node_target, "fdatasync_ms": _count}, ["fdatasync_ms"]),
+    "disk_full": {"oneOf": [_node_target, _action({"node": _node_ref, "leave": _size})]},
+    "slow_disk": _action({"node": _node_ref, "fdatasync_ms": _count}, ["fdatasync_ms"]),
     "fsync_error": _node_target,
     "slow_consumer": {"type": "string", "pattern": r"^(consumer \d+|all)$"},
     "producer_flood": _action({"producers": {"type": "integer", "minimum": 1},
@@ -85,8 +106,10 @@ _ACTION_SCHEMAS: dict[str, Any] = {
     "delete_topic": {"type": "string", "minLength": 1},
     "add_partitions": _action({"topic": {"type": "string"},
                                "count": {"type": "integer", "minimum": 1}}, ["topic", "count"]),
-    "link": {"type": "object"},
+    "link": {"enum": list(LINK_MODES)},
 }
+# Keys of a `link` step beside its mode.
+_LINK_KEYS = {"from": _nodes, "to": _nodes, "ms": {"type": "number", "minimum": 0}}
 
 _STEP = {
     "type": "object",
@@ -97,6 +120,7 @@ _STEP = {
         "for": _duration,
         "undo": {"type": ["integer", "string"]},
         **_ACTION_SCHEMAS,
+        **_LINK_KEYS,
     },
     "additionalProperties": False,
 }
@@ -131,6 +155,7 @@ _WORKLOAD = {
 
 _TOPIC = _action({"name": {"type": "string", "minLength": 1},
                   "partitions": {"type": "integer", "minimum": 1},
+                  "replicas": {"type": "integer", "minimum": 1},
                   "config": _config_map}, ["name"])
 
 _CHECKS = _action({
@@ -153,6 +178,8 @@ def _schema(sim_step: Mapping[str, Any] | None, sim_faults: Mapping[str, Any] | 
         "shards": {"type": "integer", "minimum": 1},
         "settings": {"type": "object"},
         "disk_size": _size,
+        "consumer_bootstrap": {"enum": ["all", "spread"]},
+        "link_proxies": {"type": "boolean"},
     })
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
@@ -194,6 +221,63 @@ class Workload:
 
 
 @dataclass(frozen=True)
+class NodeRef:
+    """A node as a step names it: `id` (a number), `random` (drawn from the seed when the
+    step runs) or `leader` of `topic`-`partition` (asked of the cluster when the step runs)."""
+
+    kind: str  # "id", "random" or "leader"
+    id: int | None = None
+    topic: str | None = None
+    partition: int | None = None
+
+    def __str__(self) -> str:
+        if self.kind == "leader":
+            return f"leader of {self.topic}-{self.partition}"
+        return f"node {self.id if self.kind == 'id' else 'random'}"
+
+
+@dataclass(frozen=True)
+class Target:
+    """What a kill or stop hits: a node, or one shard process of it (`shard` a number, or -1
+    for one drawn from the seed)."""
+
+    node: NodeRef
+    shard: int | None = None
+
+
+def node_ids(nodes: int) -> list[int]:
+    """A cluster's nodes are numbered from 1, as the seeds number them; one node is node 0."""
+    return [0] if nodes == 1 else list(range(1, nodes + 1))
+
+
+def node_ref(value: Any) -> NodeRef:
+    """`2`, 'node 2', 'node random', 'leader of orders-0' (the schema checked the form)."""
+    if isinstance(value, int):
+        return NodeRef("id", id=value)
+    text = str(value).strip()
+    if text.startswith("leader of "):
+        topic, _, partition = text[len("leader of "):].rpartition("-")
+        return NodeRef("leader", topic=topic, partition=int(partition))
+    word = text.split()[1]
+    return NodeRef("random") if word == "random" else NodeRef("id", id=int(word))
+
+
+def target(value: Any, first_node: int = 0) -> Target:
+    """'node 2', 'leader of t-0', 'shard 1' (of the first node), 'shard 1 of node 2',
+    'shard random of leader of t-0', or {node: 2, shard: 1}."""
+    if isinstance(value, dict):
+        shard = value.get("shard")
+        return Target(node_ref(value["node"]), -1 if shard == "random" else shard)
+    text = str(value).strip()
+    if not text.startswith("shard "):
+        return Target(node_ref(text))
+    words = text.split(" ", 3)  # shard, K, of, node words
+    shard = -1 if words[1] == "random" else int(words[1])
+    node = node_ref(words[3]) if len(words) == 4 else NodeRef("id", id=first_node)
+    return Target(node, shard)
+
+
+@dataclass(frozen=True)
 class Step:
     index: int
     name: str
@@ -214,7 +298,7 @@ class Scenario:
     shards: int
     settings: dict[str, Any]
     disk_size: int | None
-    topics: list[dict[str, Any]]  # name, partitions, config: every topic the run creates
+    topics: list[dict[str, Any]]  # name, partitions, config (replicas): every topic made
     workload_topics: list[str]  # the topics the workload writes and reads
     workload: Workload
     steps: list[Step]
@@ -223,6 +307,12 @@ class Scenario:
     min_throughput_ratio: float | None
     seed: int
     document: dict[str, Any]  # as read, for the simulated mode and the report
+    consumer_bootstrap: str = "all"  # or "spread": subscription i from one node
+    link_proxies: bool = False  # a proxy per ordered node pair (always when a step links)
+
+    @property
+    def node_ids(self) -> list[int]:
+        return node_ids(self.nodes)
 
     @property
     def skip_topics(self) -> set[str]:
@@ -301,9 +391,14 @@ def _build(doc: dict[str, Any], root: Any, path: Path | None, where: str, seed: 
     cluster = doc.get("cluster") or {}
     mode = cluster.get("mode", "real")
     nodes = cluster.get("nodes", 1)
-    if nodes > 1:
-        raise _FieldError(["cluster", "nodes"], f"{nodes} nodes come with replication (the "
-                          "Raft issue, #17); until then a cluster is one node")
+    if nodes > 1 and mode == "simulated":
+        raise _FieldError(["cluster", "nodes"], "the simulated mode runs one node; "
+                          f"{nodes} nodes run in real mode")
+    settings = dict(cluster.get("settings") or {})
+    replicas = int(settings.get("default_replicas", min(3, nodes)))
+    if replicas > nodes:
+        raise _FieldError(["cluster", "settings", "default_replicas"],
+                          f"{replicas} replicas need as many nodes, not {nodes}")
     seed = seed if seed is not None else int(doc.get("seed", 1))
     w = doc["workload"]
     topics_section = doc.get("topics") or []
@@ -319,9 +414,14 @@ def _build(doc: dict[str, Any], root: Any, path: Path | None, where: str, seed: 
         workload_topics = names[:count]
     else:
         workload_topics = [f"workload-{i}" for i in range(count)]
+    for i, t in enumerate(topics_section):
+        if t.get("replicas", 1) > nodes:
+            raise _FieldError(["topics", i, "replicas"],
+                              f"{t['replicas']} replicas need as many nodes, not {nodes}")
     topics = [{"name": t["name"], "partitions": t.get("partitions", partitions),
+               **({"replicas": t["replicas"]} if "replicas" in t else {}),
                "config": {k: str(v) for k, v in (t.get("config") or {}).items()}}
-              for t in topics_section]
+              for t in topics_section]  # without `replicas`: the cluster's default_replicas
     topics += [{"name": n, "partitions": partitions, "config": {}}
                for n in workload_topics if n not in names]
     payload = None
@@ -347,28 +447,33 @@ def _build(doc: dict[str, Any], root: Any, path: Path | None, where: str, seed: 
         consumer_config=dict(w.get("consumerConfig") or {}),
     )
     steps = _steps(doc.get("steps") or [], mode, random.Random(seed), written,
-                   {t["name"] for t in topics}, scale)
+                   {t["name"]: t["partitions"] for t in topics}, scale, node_ids(nodes))
     checks = doc.get("checks") or {}
     listed = checks.get("anomalies", "all")
     failing = tuple(ANOMALIES if listed == "all" else listed)
     failing = tuple(a for a in failing if a not in set(checks.get("allow", ())))
     return Scenario(
         name=doc.get("name") or (path.stem if path else "scenario"), path=path, mode=mode,
-        nodes=nodes, shards=cluster.get("shards", 2), settings=dict(cluster.get("settings") or {}),
+        nodes=nodes, shards=cluster.get("shards", 2), settings=settings,
         disk_size=_bytes(cluster["disk_size"]) if "disk_size" in cluster else None,
         topics=topics, workload_topics=workload_topics, workload=workload, steps=steps,
         bounds=Bounds(p99_ms_outside_faults=checks.get("p99_ms_outside_faults"),
                       recovery_ms=checks.get("recovery_ms"),
                       error_rate=checks.get("error_rate")),
         anomalies=failing, min_throughput_ratio=checks.get("min_throughput_ratio"),
-        seed=seed, document=doc,
+        seed=seed, document=doc, consumer_bootstrap=cluster.get("consumer_bootstrap", "all"),
+        link_proxies=bool(cluster.get("link_proxies"))
+        or any(s.action == "link" for s in steps),
     )
 
 
 def _steps(raw: list[dict[str, Any]], mode: str, rng: random.Random, duration_s: float,
-           topics: set[str], scale: float = 1.0) -> list[Step]:
+           topics: dict[str, int], scale: float = 1.0, nodes: list[int] | None = None
+           ) -> list[Step]:
+    """The steps in order; `topics` maps each topic to its partitions, `nodes` the node ids."""
     if mode == "simulated":
         return []  # scenarios/sim/ reads its own steps from the document
+    nodes = nodes or [0]
     steps: list[Step] = []
     names: dict[str, int] = {}
     for i, s in enumerate(raw):
@@ -377,48 +482,148 @@ def _steps(raw: list[dict[str, Any]], mode: str, rng: random.Random, duration_s:
             raise _FieldError(["steps", i], "a step does exactly one thing: one of "
                               f"{', '.join(ACTIONS)} or undo (found {len(actions)})")
         action = actions[0]
-        if action == "link":
-            raise _FieldError(["steps", i, "link"], f"a link fault {NEEDS_REPLICATION}")
         if "at" in s and "after" in s:
             raise _FieldError(["steps", i], "a step has `at` or `after`, not both")
-        at_s = None
-        if "at" in s:
-            if isinstance(s["at"], str) and ".." in s["at"]:
-                low, high = (_seconds(x) for x in s["at"].split(".."))
-                if high < low:
-                    raise _FieldError(["steps", i, "at"], "a range runs from low to high")
-                at_s = round(rng.uniform(low, high), 3)
-            else:
-                at_s = _seconds(s["at"])
-            if at_s > duration_s:
-                raise _FieldError(["steps", i, "at"],
-                                  f"{at_s:g}s is past the workload's end ({duration_s:g}s)")
+        at_s = _at(s, i, rng, duration_s)
         undo = None
         if action == "undo":
             ref = s["undo"]
             undo = ref if isinstance(ref, int) else names.get(ref)
-            if undo is None or not 0 <= undo < i or not ACTIONS.get(steps[undo].action):
+            if undo is None or not 0 <= undo < i or not _undone(steps[undo]):
                 raise _FieldError(["steps", i, "undo"],
                                   f"{ref!r} is not an earlier step that can be undone")
-        elif "for" in s and not ACTIONS[action]:
-            raise _FieldError(["steps", i, "for"], f"{action} is not undone, so takes no `for`")
-        if action in ("delete_topic",) and s[action] not in topics:
-            raise _FieldError(["steps", i, action], f"no topic {s[action]!r} in this scenario")
-        if action == "add_partitions" and s[action]["topic"] not in topics:
-            raise _FieldError(["steps", i, action, "topic"],
-                              f"no topic {s[action]['topic']!r} in this scenario")
-        value = s[action]
-        said = " ".join(f"{k}={v}" for k, v in value.items()) if isinstance(value, dict) \
-            else str(value)
-        name = s.get("name", f"{action} {said}" if action != "undo" else f"undo {undo}")
+        elif "for" in s and not _undone_action(action, s):
+            raise _FieldError(["steps", i, "for"],
+                              f"{_said(action, s)} is not undone, so takes no `for`")
+        arg = _link(s, i, nodes, topics) if action == "link" else s[action]
+        if action != "link":
+            stray = [k for k in _LINK_KEYS if k in s]
+            if stray:
+                raise _FieldError(["steps", i, stray[0]], "only a `link` step takes "
+                                  "`from`, `to` and `ms`")
+            _check_targets(action, arg, ["steps", i, action], nodes, topics)
+        name = s.get("name", _said(action, s) if action != "undo" else f"undo {undo}")
         names[s.get("name", str(i))] = i
         after = dict(s["after"]) if "after" in s else None
         if after and "previous" in after:
             after["previous"] = _seconds(after["previous"]) * scale
-        steps.append(Step(index=i, name=name, action=action, arg=s[action],
+        steps.append(Step(index=i, name=name, action=action, arg=arg,
                           at_s=None if at_s is None else round(at_s * scale, 3), after=after,
                           for_s=_seconds(s["for"]) * scale if "for" in s else None, undo=undo))
     return steps
+
+
+def _at(s: dict[str, Any], i: int, rng: random.Random, duration_s: float) -> float | None:
+    if "at" not in s:
+        return None
+    if isinstance(s["at"], str) and ".." in s["at"]:
+        low, high = (_seconds(x) for x in s["at"].split(".."))
+        if high < low:
+            raise _FieldError(["steps", i, "at"], "a range runs from low to high")
+        at_s = round(rng.uniform(low, high), 3)
+    else:
+        at_s = _seconds(s["at"])
+    if at_s > duration_s:
+        raise _FieldError(["steps", i, "at"],
+                          f"{at_s:g}s is past the workload's end ({duration_s:g}s)")
+    return at_s
+
+
+def _undone_action(action: str, s: dict[str, Any]) -> bool:
+    return bool(ACTIONS[action]) and not (action == "link" and s["link"] == "heal")
+
+
+def _undone(step: Step) -> bool:
+    return bool(ACTIONS.get(step.action)) and not (step.action == "link"
+                                                   and step.arg.mode == "heal")
+
+
+def _said(action: str, s: dict[str, Any]) -> str:
+    """A step's default name: 'kill leader of t-0', 'link loss node 1 -> others'."""
+    value = s[action]
+    if action == "link":
+        ends = [_ends_said(s[k]) for k in ("from", "to") if k in s]
+        arrow = " -> " if value == "loss" else " <-> "
+        ms = f" {s['ms']:g}ms" if "ms" in s else ""
+        return f"link {value}{ms} {arrow.join(ends)}".rstrip()
+    said = " ".join(f"{k}={v}" for k, v in value.items()) if isinstance(value, dict) \
+        else str(value)
+    return f"{action} {said}"
+
+
+def _ends_said(value: Any) -> str:
+    if isinstance(value, list):
+        return "[" + ", ".join(str(node_ref(v)) for v in value) + "]"
+    return "others" if value == "others" else str(node_ref(value))
+
+
+@dataclass(frozen=True)
+class Link:
+    """A `link` step: `mode` between every node of `sources` and every node of `targets`
+    (loss: from sources to targets only). None on a side: every node not on the other
+    (`others`); both None (a bare `heal`): every link."""
+
+    mode: str
+    sources: tuple[NodeRef, ...] | None
+    targets: tuple[NodeRef, ...] | None
+    ms: float = 0.0
+
+
+def _link(s: dict[str, Any], i: int, nodes: list[int], topics: dict[str, int]) -> Link:
+    mode = s["link"]
+    where = ["steps", i]
+    if len(nodes) < 2:
+        raise _FieldError([*where, "link"], "a link joins two nodes: set `cluster.nodes` to 2 "
+                          "or more")
+    if mode != "heal":
+        for key in ("from", "to"):
+            if key not in s:
+                raise _FieldError([*where, "link"], f"link {mode} needs `from` and `to`")
+    if (mode == "delay") != ("ms" in s):
+        raise _FieldError([*where, "ms" if "ms" in s else "link"],
+                          "`ms` goes with link delay, and only with it")
+    if s.get("from") == "others" and s.get("to") == "others":
+        raise _FieldError([*where, "to"], "`from` and `to` cannot both be `others`")
+    sides: list[tuple[NodeRef, ...] | None] = []
+    for key in ("from", "to"):
+        value = s.get(key, "others")
+        if value == "others":
+            sides.append(None)
+            continue
+        refs = tuple(node_ref(v) for v in (value if isinstance(value, list) else [value]))
+        for k, ref in enumerate(refs):
+            _check_node(ref, [*where, key] + ([k] if isinstance(value, list) else []), nodes,
+                        topics)
+        sides.append(refs)
+    return Link(mode, sides[0], sides[1], float(s.get("ms", 0)))
+
+
+def _check_targets(action: str, arg: Any, keys: list[Any], nodes: list[int],
+                   topics: dict[str, int]) -> None:
+    if action in ("kill", "stop"):
+        t = target(arg, nodes[0])
+        _check_node(t.node, keys, nodes, topics)
+    elif action in ("restart", "fsync_error", "disk_full", "slow_disk"):
+        value = arg.get("node", f"node {nodes[0]}") if isinstance(arg, dict) else arg
+        _check_node(node_ref(value), keys, nodes, topics)
+    elif action == "delete_topic" and arg not in topics:
+        raise _FieldError(keys, f"no topic {arg!r} in this scenario")
+    elif action == "add_partitions" and arg["topic"] not in topics:
+        raise _FieldError([*keys, "topic"], f"no topic {arg['topic']!r} in this scenario")
+
+
+def _check_node(ref: NodeRef, keys: list[Any], nodes: list[int],
+                topics: dict[str, int]) -> None:
+    if ref.kind == "id" and ref.id not in nodes:
+        known = "node 0" if nodes == [0] else f"nodes {nodes[0]} to {nodes[-1]}"
+        raise _FieldError(keys, f"there is no node {ref.id} ({known})")
+    if ref.kind == "leader":
+        partitions = topics.get(str(ref.topic))
+        if partitions is None:
+            raise _FieldError(keys, f"no topic {ref.topic!r} in this scenario")
+        if not 0 <= int(ref.partition or 0) < partitions:
+            raise _FieldError(keys, f"{ref.topic!r} has {partitions} partitions, "
+                              f"not a partition {ref.partition}")
 
 
 def _payload(name: str, path: Path | None, size: int) -> bytes:
@@ -476,8 +681,10 @@ def _message(error: jsonschema.ValidationError) -> str:
 
 
 _FORMS = {_DURATION: "'10s', '500ms', '2m'", _RANGE: "'5s..20s'", _SIZE: "'256MiB'",
-          _TARGET: "'node 0', 'shard 1', 'shard 1 of node 0', 'shard random'",
-          r"^node (\d+|random)$": "'node 0'", r"^(consumer \d+|all)$": "'consumer 0' or 'all'"}
+          _TARGET: "'node 0', 'leader of orders-0', 'shard 1', 'shard 1 of node 2', "
+                   "'shard random'",
+          _NODE_TARGET: "'node 0', 'node random' or 'leader of orders-0'",
+          r"^(consumer \d+|all)$": "'consumer 0' or 'all'"}
 
 
 def _dotted(keys: list[Any]) -> str:

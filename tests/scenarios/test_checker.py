@@ -91,7 +91,8 @@ def test_inconsistent_offsets() -> None:
     h = History().send("p0", "p0-0", 0).send("p1", "p1-0", 1)
     h.poll("c0", (0, "p0-0"), (1, "p1-0")).assign("c1").poll("c1", (0, "p0-0"), (1, "p0-9"))
     assert found(h)["inconsistent-offsets"] == [
-        {"topic": "t", "partition": 0, "offset": 1, "values": ["p0-9", "p1-0"]}]
+        {"topic": "t", "partition": 0, "offset": 1, "values": ["p0-9", "p1-0"],
+         "seen_by": {"p0-9": ["c1"], "p1-0": ["c0", "p1"]}}]
 
 
 def test_unexpected_never_sent_or_failed() -> None:

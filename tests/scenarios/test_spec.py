@@ -41,11 +41,12 @@ def test_a_bad_target_says_the_form() -> None:
     assert "'node 0'" in message
 
 
-def test_link_faults_and_more_nodes_wait_for_replication() -> None:
-    message = error_of("workload: {producerRate: 10}\nsteps:\n  - at: 5s\n    link: {cut: 1}\n")
-    assert "steps[0].link" in message and "Raft" in message
-    message = error_of("cluster: {nodes: 3}\nworkload: {producerRate: 10}\n")
-    assert message.startswith("flow.yaml:1:11: cluster.nodes: 3 nodes come with replication")
+def test_link_faults_need_two_nodes_and_the_simulated_mode_runs_one() -> None:
+    message = error_of("workload: {producerRate: 10}\nsteps:\n  - at: 5s\n    link: cut\n"
+                       "    from: node 0\n    to: others\n")
+    assert message.startswith("flow.yaml:4:5: steps[0].link: a link joins two nodes")
+    message = error_of("cluster: {nodes: 3, mode: simulated}\nworkload: {producerRate: 10}\n")
+    assert message.startswith("flow.yaml:1:11: cluster.nodes: the simulated mode runs one node")
 
 
 def test_steps_past_the_end_and_bad_undos_are_refused() -> None:
