@@ -410,8 +410,6 @@ def run_cluster_vs_single(args: argparse.Namespace) -> dict[str, Any]:
                 side.res["rss_end_mib"] = round(rss, 1)
     except Exception as e:
         case_failed(res, "cluster_vs_single", e, single=broker)
-        for nd in cluster.nodes:
-            log(f"node {nd.node_id} log ends: {nd.log_tail(5)}")
     finally:
         res.setdefault("single", {})["first_log_error"] = broker.first_log_error or None
         res.setdefault("cluster", {}).update(cluster.figures())
@@ -455,36 +453,81 @@ FAILOVER_KINDS = ("kill9", "sigterm")
 
 
 class LeaderWatch:
-    """From the stop on, asks the survivors for their replicas' roles every `POLL_S`: for
-    each partition the victim led, when a survivor first says it leads it."""
+    """From the stop on, asks each survivor every `POLL_S` (1) for its replicas' roles (its
+    admin API) and (2) for Metadata (a Kafka request to that node itself, not to whichever
+    broker a client library picks). Per partition the victim led: `led_at`, when a survivor
+    first said it leads it; `metadata_at`, when every survivor's Metadata first named a
+    survivor as its leader, what a client asking any of them is then told."""
 
     def __init__(self, survivors: list[ClusterNode], topic: str, partitions: list[int],
                  t_stop: float) -> None:  # fmt: skip
         self.survivors, self.topic, self.partitions = survivors, topic, set(partitions)
         self.t_stop = t_stop
         self.led_at: dict[int, float] = {}  # partition -> perf_counter
+        self.metadata_at: dict[int, float] = {}
+        self._told: dict[int, set[int]] = {}  # partition -> survivors naming a live leader
         self.polls = 0
         self.errors: list[str] = []
+        self._clients: dict[int, Any] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="leader-watch", daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
-        while not self._stop.is_set() and set(self.led_at) != self.partitions:
-            for nd in self.survivors:
-                try:
-                    states = replicas(nd)
-                except (OSError, CaseError) as e:
-                    if len(self.errors) < 5:
-                        self.errors.append(f"node {nd.node_id}: {e}")
-                    continue
-                now = time.perf_counter()
-                for p in self.partitions - set(self.led_at):
-                    r = states.get((self.topic, p))
-                    if r is not None and r["role"] == "leader":
-                        self.led_at[p] = now
-            self.polls += 1
-            self._stop.wait(POLL_S)
+        try:
+            while not self._stop.is_set() and not self.done():
+                for nd in self.survivors:
+                    self._roles(nd)
+                    self._metadata(nd)
+                self.polls += 1
+                self._stop.wait(POLL_S)
+        finally:
+            for client in self._clients.values():
+                client.close()
+
+    def done(self) -> bool:
+        return set(self.led_at) == set(self.metadata_at) == self.partitions
+
+    def _error(self, nd: ClusterNode, e: Exception) -> None:
+        if len(self.errors) < 5:
+            self.errors.append(f"node {nd.node_id}: {type(e).__name__}: {e}")
+
+    def _roles(self, nd: ClusterNode) -> None:
+        try:
+            states = replicas(nd)
+        except (OSError, CaseError) as e:
+            self._error(nd, e)
+            return
+        now = time.perf_counter()
+        for p in self.partitions - set(self.led_at):
+            r = states.get((self.topic, p))
+            if r is not None and r["role"] == "leader":
+                self.led_at[p] = now
+
+    def _metadata(self, nd: ClusterNode) -> None:
+        from tests.support.raw_client import RawClient, request
+
+        live = {s.node_id for s in self.survivors}
+        try:
+            client = self._clients.get(nd.node_id)
+            if client is None:
+                client = self._clients[nd.node_id] = RawClient(nd.bootstrap, "bench-watch")
+            answer = client.call(3, 9, request(3, topics=None))
+        except Exception as e:  # OSError, a codec error on a cut answer
+            self._error(nd, e)
+            self._clients.pop(nd.node_id, None)
+            return
+        now = time.perf_counter()
+        for t in answer.topics:
+            if t.name != self.topic:
+                continue
+            for part in t.partitions:
+                p = part.partition_index
+                if p in self.partitions and p not in self.metadata_at and part.leader_id in live:
+                    told = self._told.setdefault(p, set())
+                    told.add(nd.node_id)
+                    if told == live:
+                        self.metadata_at[p] = now
 
     def close(self) -> None:
         self._stop.set()
@@ -530,7 +573,10 @@ def _failover_trial(
         while True:
             now = pc()
             while i < int((now - t_start) * FAILOVER_RATE) + 1:
-                p.produce(topic, value, partition=i % PARTITIONS, on_delivery=cb)
+                try:
+                    p.produce(topic, value, partition=i % PARTITIONS, on_delivery=cb)
+                except BufferError:  # the client's queue is full: serve reports first
+                    break
                 i += 1
             p.poll(0.001)
             now = pc()
@@ -545,14 +591,16 @@ def _failover_trial(
             elif t_stop is not None and watch is not None:
                 if exited_at is None and not victim.alive():
                     exited_at = now
-                if done_at is None and _writable(acks, watch.led_at, led) is not None:
+                if (done_at is None and watch.done()
+                        and _writable(acks, watch.led_at, led) is not None):
                     done_at = now
                 if done_at is not None and now - done_at >= FAILOVER_AFTER_S:
                     break
                 if now - t_stop > FAILOVER_WINDOW_S:
                     raise CaseError(
                         f"failover {kind} of node {victim_id}: not writable after "
-                        f"{FAILOVER_WINDOW_S:g}s (led by survivors: {sorted(watch.led_at)} "
+                        f"{FAILOVER_WINDOW_S:g}s (led by survivors: {sorted(watch.led_at)}, "
+                        f"in Metadata: {sorted(watch.metadata_at)} "
                         f"of {led}; watcher errors {watch.errors})")
         left = p.flush(30)
     finally:
@@ -567,6 +615,7 @@ def _failover_trial(
     writable = _writable(acks, watch.led_at, led)
     out.update({
         "leaders_s": round(max(watch.led_at.values()) - t_stop, 3),
+        "metadata_s": round(max(watch.metadata_at.values()) - t_stop, 3),
         "writable_s": round(writable - t_stop, 3) if writable is not None else None,
         "ack_gap_s": round(_ack_gap(acks, led, t_stop), 3),
         "ack_gap_other_partitions_s": round(
@@ -579,7 +628,8 @@ def _failover_trial(
     back = wait_caught_up(cluster, topic, victim, CATCH_UP_TIMEOUT_S)
     out["restart_ready_s"] = _round(back["ready_s"])
     out["restart_caught_up_s"] = _round(back["caught_up_s"])
-    log(f"failover {kind}: leaders {out['leaders_s']} s, writable {out['writable_s']} s, "
+    log(f"failover {kind}: leaders {out['leaders_s']} s, Metadata {out['metadata_s']} s, "
+        f"writable {out['writable_s']} s, "
         f"ack gap {out['ack_gap_s']} s; node {victim_id} back in {out['restart_caught_up_s']} s")
     return out
 
@@ -622,26 +672,29 @@ def run_cluster_failover(args: argparse.Namespace) -> dict[str, Any]:
                 "trials_per_kind": trials})  # fmt: skip
     t0 = time.monotonic()
     cluster = Cluster(args)
-    topic = "bench-failover"
     try:
         with cluster:
-            res["topic_create_s"] = round(create_topic(cluster.bootstrap, topic, PARTITIONS,
-                                                       NODES), 3)  # fmt: skip
             res["trials"] = trials_out = []
-            for _ in range(trials):
-                for kind in FAILOVER_KINDS:
-                    trials_out.append(_failover_trial(cluster, topic, kind, args))
+            topic = ""
+            for k in range(trials * len(FAILOVER_KINDS)):
+                # A fresh topic per trial (see the README: a restarted node hands out
+                # producer ids it gave before, and a new producer with an old id is fenced
+                # by the sequence numbers its namesake left on the old topic).
+                if topic:
+                    delete_topic(cluster.bootstrap, topic)
+                topic = f"bench-failover-{k}"
+                create_topic(cluster.bootstrap, topic, PARTITIONS, NODES)
+                kind = FAILOVER_KINDS[k % len(FAILOVER_KINDS)]
+                trials_out.append(_failover_trial(cluster, topic, kind, args))
     except Exception as e:
         case_failed(res, "cluster_failover", e)
-        for nd in cluster.nodes:
-            log(f"node {nd.node_id} log ends: {nd.log_tail(5)}")
     finally:
         res["cluster"] = cluster.figures()
     for kind in FAILOVER_KINDS:
         done = [t for t in res.get("trials", []) if t["kind"] == kind]
         res[kind] = {
             f"{what}_{how}": f(t.get(what) for t in done)
-            for what in ("leaders_s", "writable_s", "ack_gap_s")
+            for what in ("leaders_s", "metadata_s", "writable_s", "ack_gap_s")
             for how, f in (("median", _median), ("range", _range))
         }
     kill, term = res["kill9"].get("writable_s_range"), res["sigterm"].get("writable_s_range")
@@ -741,8 +794,6 @@ def run_cluster_catch_up(args: argparse.Namespace) -> dict[str, Any]:
                 done.append(_catch_up_round(cluster, topic, follower, n, value, args))
     except Exception as e:
         case_failed(res, "cluster_catch_up", e)
-        for nd in cluster.nodes:
-            log(f"node {nd.node_id} log ends: {nd.log_tail(5)}")
     finally:
         res["cluster"] = cluster.figures()
     done = res.get("round_results", [])
@@ -816,8 +867,6 @@ def run_cluster_idle_heartbeats(
             log(f"idle, {partitions} partitions: {res['idle']['core_share_max']} of a core at most")
     except Exception as e:
         case_failed(res, "cluster_idle_heartbeats", e)
-        for nd in cluster.nodes:
-            log(f"node {nd.node_id} log ends: {nd.log_tail(5)}")
     finally:
         res["cluster"] = cluster.figures()
     share = _get_share(res)

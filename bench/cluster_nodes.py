@@ -350,7 +350,10 @@ class Cluster:
             raise
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        if exc_type is not None:  # before stop() removes the logs
+            for n in self.nodes:
+                log(f"node {n.node_id} log ends: {n.log_tail(5)}")
         self.stop()
 
 

@@ -63,6 +63,7 @@ def test_failover_after_kill_and_after_sigterm(tmp_path: Path) -> None:
     for trial in res["trials"]:
         assert trial["victim_led"], trial
         assert 0 < trial["leaders_s"] <= trial["writable_s"] < 20, trial
+        assert 0 < trial["metadata_s"] < 20, trial
         assert trial["undelivered"] == 0 and not trial["delivery_errors"], trial
         assert trial["restart_caught_up_s"] >= trial["restart_ready_s"] > 0, trial
     assert set(res["target_met"]) == {
