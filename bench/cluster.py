@@ -380,7 +380,7 @@ def _summarise_sides(a: dict[str, Any], b: dict[str, Any], res: dict[str, Any]) 
 def run_cluster_vs_single(args: argparse.Namespace) -> dict[str, Any]:
     rounds = args.rounds or (2 if args.quick else 10)
     fixed_rounds = 1 if args.quick else 2
-    n = args.messages or (10_000 if args.quick else 100_000)
+    n = args.messages or (10_000 if args.quick else 200_000)
     seconds = args.fixed_seconds or (2.0 if args.quick else 5.0)
     res = header("cluster_vs_single", args)
     res["smp"] = 1
@@ -745,6 +745,9 @@ def _catch_up_round(
     payload_mb = n * len(value) / MB
     copied_mb = (dir_bytes(follower.data_dir) - bytes_before) / MB
     ready, caught_up = times["ready_s"] or 0.0, times["caught_up_s"] or 0.0
+    first = times["first_progress_s"]
+    # From the first poll that saw its log grow: at most one poll's worth copied before.
+    copying = None if first is None else caught_up - first
     out.update({
         "payload_mb": round(payload_mb, 2),
         "log_mb_copied": round(copied_mb, 2),
@@ -752,8 +755,10 @@ def _catch_up_round(
         "restart_to_first_progress_s": _round(times["first_progress_s"]),
         "restart_to_caught_up_s": _round(caught_up),
         "ready_to_caught_up_s": _round(caught_up - ready),
+        "copy_s": _round(copying),
         "mb_per_s": _rate(payload_mb, caught_up),
         "mb_per_s_after_ready": _rate(payload_mb, caught_up - ready),
+        "mb_per_s_copying": _rate(payload_mb, copying) if copying is not None else None,
         "cpu_s_by_node": {str(k): round(v, 3) for k, v in sorted(cpu.items())},
     })  # fmt: skip
     log(f"catch-up of node {follower.node_id}: {payload_mb:.0f} MB in {caught_up:.2f} s from "
@@ -797,8 +802,9 @@ def run_cluster_catch_up(args: argparse.Namespace) -> dict[str, Any]:
     finally:
         res["cluster"] = cluster.figures()
     done = res.get("round_results", [])
-    for what in ("mb_per_s", "mb_per_s_after_ready", "restart_to_caught_up_s",
-                 "ready_to_caught_up_s", "restart_to_ready_s"):  # fmt: skip
+    for what in ("mb_per_s", "mb_per_s_after_ready", "mb_per_s_copying",
+                 "restart_to_caught_up_s", "ready_to_caught_up_s", "restart_to_ready_s",
+                 "restart_to_first_progress_s", "copy_s"):  # fmt: skip
         res[f"{what}_median"] = _median(r.get(what) for r in done)
         res[f"{what}_range"] = _range(r.get(what) for r in done)
     res["target_met"] = {}  # the issue names no figure to reach
