@@ -37,10 +37,11 @@ SCENARIOS = {
 }
 
 
-# Run here (a minute each); the others are run by `make bench` (case scenario_library), and
-# what they do is covered here too: SIGSTOP and SIGTERM of a leader in
-# tests/integration/test_cluster.py, a slow link by the link proxy's own tests.
-IN_MAKE_TEST = ("cluster-kill-leader.yaml", "cluster-link-loss-leader.yaml")
+# Run here (a minute: three nodes, five client processes); the others are run by `make bench`
+# (case scenario_library), and what they do is covered here too: kill -9, SIGSTOP and SIGTERM
+# of a leader under three clients in tests/integration/test_cluster*.py, a slow link by the
+# link proxy's own tests.
+IN_MAKE_TEST = ("cluster-link-loss-leader.yaml",)
 
 
 def test_every_cluster_scenario_in_the_library_is_run_here() -> None:
