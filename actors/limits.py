@@ -43,3 +43,9 @@ controller_requests_waiting_max = 10_000
 # Topic and partition limits.
 topic_name_chars_max = 249  # Kafka's limit (file system name length with suffixes)
 partitions_per_topic_max = 100_000
+
+# A replicated partition's leader that is not its preferred replica hands leadership back to
+# it once it is caught up, looking every this many election timeouts (Kafka's
+# leader.imbalance.check.interval, 300 s there; here seconds, so a restarted node takes its
+# share of leaders back soon after it has caught up).
+preferred_leader_check_timeouts = 5

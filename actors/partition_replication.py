@@ -35,6 +35,7 @@ import random
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from actors import limits
 from actors.raft import Config, LogState, Message, RaftMachine, Role, SoftState
 from actors.replica import Replica, log_batch_reader
 from storage.log import Log
@@ -90,6 +91,7 @@ class Replication:
         self.replica: Replica | None = None
         self._ready_at = 0  # a leader's log end when elected (KIP-207, module docstring)
         self._commit_target = 0  # the high watermark Raft gave, maybe past what is written
+        self._ticks = 0
 
     # Lifecycle ----------------------------------------------------------------------------
 
@@ -125,8 +127,28 @@ class Replication:
     # Inputs from the shard ------------------------------------------------------------------
 
     def tick(self) -> None:
-        if self.replica is not None and not self.replica.closed:
-            self.replica.tick()
+        replica = self.replica
+        if replica is None or replica.closed:
+            return
+        replica.tick()
+        self._ticks += 1
+        if self._ticks % (self.raft.election_ticks * limits.preferred_leader_check_timeouts) == 0:
+            self._hand_back()
+
+    def _hand_back(self) -> None:
+        """A leader that is not its partition's preferred replica hands leadership back to it
+        once it has everything (Kafka's auto.leader.rebalance.enable): placement spread the
+        preferred leaders over nodes and shards, and elections after a restart or a failover
+        gather them on the nodes that stayed up."""
+        machine = self.machine
+        preferred = self.replicas[0]
+        if machine.role != Role.Leader or preferred == self.raft.address:
+            return
+        progress = machine.progress.get(preferred)
+        if (progress is not None and progress.recent_active and machine.transferee is None
+                and progress.match == machine.log.last_offset):
+            assert self.replica is not None
+            self.replica.transfer_leadership(preferred)
 
     def receive(self, messages: list[Message]) -> None:
         replica = self.replica

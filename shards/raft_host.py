@@ -60,6 +60,7 @@ class RaftHost:
         self.hard_states = HardStateStore(directory, run_io, loop.call_soon)
         self.leaders = LeaderTable()
         self._ticks: dict[tuple[str, int], Callable[[], None]] = {}
+        self._due: list[Callable[[], None]] = []  # Replicas' work for the end of the turn
         # This turn's messages: target shard -> (topic, index) -> messages, in send order.
         self._outbox: dict[Any, dict[tuple[str, int], list[Message]]] = {}
         self._led: dict[tuple[str, int], LeaderUpdate] = {}
@@ -98,7 +99,19 @@ class RaftHost:
         self._led.pop((topic, index), None)
 
     def schedule(self, fn: Callable[[], None]) -> None:
-        self.loop.call_soon(fn)
+        """Run `fn` once this loop turn's input is in (a Replica's Ready): every group's in
+        one loop callback, not one each (a thousand groups' heartbeats arrive together)."""
+        if not self._due:
+            self.loop.call_soon(self._run_due)
+        self._due.append(fn)
+
+    def _run_due(self) -> None:
+        due, self._due = self._due, []
+        for fn in due:
+            try:
+                fn()
+            except Exception:  # one group's bug must not stop the others' work
+                log.exception("a Raft group's work failed")
 
     def send(self, topic: str, index: int, messages: list[Message]) -> None:
         """Gathered per target shard until the end of the loop turn: one call carries every

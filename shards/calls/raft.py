@@ -33,6 +33,10 @@ KIND = 13
 CONTROLLER_GROUP = ("", 0)
 
 
+_TYPES = tuple(MsgType)  # by value (0..n, in order): a lookup, not an enum call
+assert all(t == i for i, t in enumerate(_TYPES))
+
+
 class RaftCall(NamedTuple):
     groups: list[list[Any]]  # [topic, partition, message, message, ...] per group
 
@@ -52,7 +56,7 @@ def _from_wire(value: list[Any], frames: list[Any]) -> Message:
     (kind, to_node, to_shard, from_node, from_shard, term, offset, log_term, flat, commit,
      reject, hint, transfer, payload) = value
     ranges = tuple(Range(flat[i], flat[i + 1], flat[i + 2]) for i in range(0, len(flat), 3))
-    return Message(MsgType(kind), (to_node, to_shard), (from_node, from_shard), term, offset,
+    return Message(_TYPES[kind], (to_node, to_shard), (from_node, from_shard), term, offset,
                    log_term, ranges, commit, reject, hint, transfer,
                    None if payload < 0 else frames[payload])
 
