@@ -44,6 +44,11 @@ Reads never wait on the disk (storage/page_cache.py): the log is read with `nowa
 read that would touch a page not in memory is answered later, after the shard's read pool
 has read that range in; every other partition and connection of the shard goes on meanwhile.
 
+A partition with more than one replica is a Raft group (DESIGN.md §7): its Replication
+(actors/partition_replication.py) drives the group's Replica beside the log, the ack window
+takes its commit from Raft (QUORUM), followers append the leader's batches through the same
+flush path and refuse clients NOT_LEADER_OR_FOLLOWER, and the leader epoch is the term.
+
 What moves the log's start (retention, DeleteRecords) and compaction live in
 actors/log_lifecycle.py, which the partition drives from a timer and its messages. The messages
 themselves are in actors/partition_messages.py (imported from here as well).
@@ -167,7 +172,7 @@ class Partition(LoopActor):
         self.directory = directory
         self.settings = settings
         self.services = services
-        self.leader_epoch = 0  # one node, no elections yet: the epoch never moves
+        self.leader_epoch = 0  # a lone copy's never moves; a replicated one's is the Raft term
         self._producers = ProducerStateTable()
         # Produces waiting for their flush, flushes out, the high watermark: what to do when
         # (actors/ack_window.py); on_start opens it at the log's end.
