@@ -444,49 +444,76 @@ class ClusterController(LoopActor):
     def _live(self) -> set[int]:
         return self.host.live_nodes()
 
+    def _decide(self, name: str, proposal: Command | Applied,
+                validate_only: bool = False) -> TopicResult | Command:
+        """One entry of a request: answered now (refused, or only validated), or the
+        command to propose (checked against the state now; applying checks it again)."""
+        if isinstance(proposal, Applied):
+            return TopicResult(name, proposal.error, proposal.message)
+        checked = self.state.check(proposal)
+        if checked.error != ErrorCode.NONE or validate_only:
+            return TopicResult(name, checked.error, checked.message, checked.topic)
+        return proposal
+
     def _create_topics(self, m: CreateTopics) -> None:
         if self._forward_or_wait(m):
             return
         view = self.state.view()
-        commands: list[Command] = []
-        slots: list[int] = []
-        results: list[TopicResult | None] = []
+        entries: list[TopicResult | Command] = []
         names: set[str] = set()
         for spec in m.specs:
             if spec.name in names:
-                results.append(TopicResult(spec.name, ErrorCode.INVALID_REQUEST, "named twice"))
+                entries.append(TopicResult(spec.name, ErrorCode.INVALID_REQUEST, "named twice"))
                 continue
             names.add(spec.name)
-            factor = spec.replication_factor
             default_factor = self.default_replicas
             if spec.name == OFFSETS_TOPIC:
                 default_factor = min(3, len(view.nodes))
             proposal = propose_create_topic(
-                view, spec.name, spec.partitions, factor, spec.assignments, spec.configs,
-                topic_id=uuid.uuid4().bytes, live=self._live(),
+                view, spec.name, spec.partitions, spec.replication_factor, spec.assignments,
+                spec.configs, topic_id=uuid.uuid4().bytes, live=self._live(),
                 default_partitions=self.settings.default_partitions,
                 default_replication_factor=min(default_factor, max(1, len(view.nodes))),
                 start=random.randrange(1 << 16))
-            if isinstance(proposal, Applied):
-                results.append(TopicResult(spec.name, proposal.error, proposal.message))
-                continue
-            checked = self.state.check(proposal)
-            if checked.error != ErrorCode.NONE or m.validate_only:
-                results.append(TopicResult(spec.name, checked.error, checked.message,
-                                           checked.topic))
-                continue
-            slots.append(len(results))
-            results.append(None)
-            commands.append(proposal)
-        self._propose_for(commands, slots, results, m.reply)
+            entries.append(self._decide(spec.name, proposal, m.validate_only))
+        self._propose_for(entries, m.reply)
 
-    def _propose_for(self, commands: list[Command], slots: list[int],
-                     results: list[TopicResult | None],
+    def _delete_topics(self, m: DeleteTopics) -> None:
+        if self._forward_or_wait(m):
+            return
+        view = self.state.view()
+        self._propose_for([self._decide(name or "", propose_delete_topic(view, name, topic_id))
+                           for name, topic_id in zip(m.names, m.ids, strict=True)], m.reply)
+
+    def _create_partitions(self, m: CreatePartitions) -> None:
+        if self._forward_or_wait(m):
+            return
+        view = self.state.view()
+        self._propose_for([
+            self._decide(name, propose_create_partitions(
+                view, name, count, None, live=self._live(), start=random.randrange(1 << 16)),
+                m.validate_only)
+            for name, count in m.counts], m.reply)
+
+    def _alter_configs(self, m: AlterTopicConfigs) -> None:
+        if self._forward_or_wait(m):
+            return
+        self._propose_for([
+            self._decide(name, AlterTopicConfigsCommand(name, tuple(operations), m.replace),
+                         m.validate_only)
+            for name, operations in m.changes], m.reply)
+
+    def _propose_for(self, entries: list[TopicResult | Command],
                      reply: Callable[[list[TopicResult]], None]) -> None:
-        if not commands:
+        """Propose the entries that are commands, as one batch; `reply` every entry's result,
+        in order, once the last command is applied."""
+        results: list[TopicResult | None] = [
+            e if isinstance(e, TopicResult) else None for e in entries]
+        proposed = [(i, e) for i, e in enumerate(entries) if not isinstance(e, TopicResult)]
+        if not proposed:
             reply([r for r in results if r is not None])
             return
-        left = len(commands)
+        left = len(proposed)
 
         def applied_at(slot: int, name: str) -> Callable[[Applied], None]:
             def applied(a: Applied) -> None:
@@ -497,61 +524,8 @@ class ClusterController(LoopActor):
                     reply([r for r in results if r is not None])
             return applied
 
-        names = [getattr(c, "name", "") for c in commands]
-        self._propose(commands, [applied_at(s, n) for s, n in zip(slots, names, strict=True)])
-
-    def _delete_topics(self, m: DeleteTopics) -> None:
-        if self._forward_or_wait(m):
-            return
-        view = self.state.view()
-        commands: list[Command] = []
-        slots: list[int] = []
-        results: list[TopicResult | None] = []
-        for name, topic_id in zip(m.names, m.ids, strict=True):
-            proposal = propose_delete_topic(view, name, topic_id)
-            if isinstance(proposal, Applied):
-                results.append(TopicResult(name or "", proposal.error, proposal.message))
-                continue
-            slots.append(len(results))
-            results.append(None)
-            commands.append(proposal)
-        self._propose_for(commands, slots, results, m.reply)
-
-    def _create_partitions(self, m: CreatePartitions) -> None:
-        if self._forward_or_wait(m):
-            return
-        view = self.state.view()
-        commands: list[Command] = []
-        slots: list[int] = []
-        results: list[TopicResult | None] = []
-        for name, count in m.counts:
-            proposal = propose_create_partitions(view, name, count, None, live=self._live(),
-                                                 start=random.randrange(1 << 16))
-            if isinstance(proposal, Applied) or m.validate_only:
-                error = proposal if isinstance(proposal, Applied) else self.state.check(proposal)
-                results.append(TopicResult(name, error.error, error.message, error.topic))
-                continue
-            slots.append(len(results))
-            results.append(None)
-            commands.append(proposal)
-        self._propose_for(commands, slots, results, m.reply)
-
-    def _alter_configs(self, m: AlterTopicConfigs) -> None:
-        if self._forward_or_wait(m):
-            return
-        commands: list[Command] = []
-        slots: list[int] = []
-        results: list[TopicResult | None] = []
-        for name, operations in m.changes:
-            command = AlterTopicConfigsCommand(name, tuple(operations), m.replace)
-            checked = self.state.check(command)
-            if checked.error != ErrorCode.NONE or m.validate_only:
-                results.append(TopicResult(name, checked.error, checked.message, checked.topic))
-                continue
-            slots.append(len(results))
-            results.append(None)
-            commands.append(command)
-        self._propose_for(commands, slots, results, m.reply)
+        self._propose([c for _, c in proposed],
+                      [applied_at(i, getattr(c, "name", "")) for i, c in proposed])
 
     # Nodes and producer ids ---------------------------------------------------------------------
 

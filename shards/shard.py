@@ -40,24 +40,25 @@ import zmq
 from pykka import ActorRef, ActorRegistry
 
 from actors.cluster.commands import NodeInfo
-from actors.cluster.state import ClusterView, PlacedTopic
+from actors.cluster.state import PlacedTopic
 from actors.cluster_controller import ClusterController
 from actors.connection import Connection
-from actors.controller import Controller, load_cluster_id, load_topic_table
+from actors.controller import Controller, load_topic_table
 from actors.group import OFFSETS_TOPIC, offsets_partition
 from actors.group.coordinator import GroupCoordinator
 from actors.group.messages import OffsetsOwnership
 from actors.handlers.join import send as send_to
 from actors.metrics import ShardMetrics
 from actors.partition import Delete, Partition, UpdateSettings
-from actors.partition_messages import RaftReceive, RaftUnreachable, TransferLeadership, refuse
+from actors.partition_messages import RaftReceive, RaftUnreachable, TransferLeadership
 from actors.runtime import actor_of, bind_loop, stop_all_actors
 from actors.services import BrokerSettings, TopicTable
 from actors.topic_config import TopicSettings
 from shards import limits
 from shards.arena import ArenaLease, ArenaSet
-from shards.calls import cluster_info, segments, topics
+from shards.calls import segments, topics
 from shards.calls.raft import CONTROLLER_GROUP
+from shards.cluster_host import NOT_HOSTED, ControllerHost, cluster_id, leads, raft_status
 from shards.config import NodeConfig
 from shards.disk_space import DiskSpaceWatch
 from shards.io_pool import IoPool
@@ -74,7 +75,6 @@ from shards.threads import demote_helper_threads
 from shards.watch import WatchService
 from storage.free_space import FreeSpaceGuard
 from storage.probes import PROBES, clear_probe, set_probe
-from wire.errors import ErrorCode
 from wire.frame import SCRATCH_BYTES
 
 __all__ = ["Shard", "main"]
@@ -110,7 +110,7 @@ class Shard:
             advertised_host=host,
             advertised_port=port,
             data_dir=str(Path(config.data_dir).resolve()),
-            cluster_id=_cluster_id(config),
+            cluster_id=cluster_id(config),
             auto_create_topics=config.auto_create_topics,
             default_partitions=config.default_partitions,
             message_max_bytes=config.message_max_bytes,
@@ -503,7 +503,7 @@ class Shard:
                       reader=_reader_advertised(config))
         assert self.raft is not None
         controller = ClusterController.start(
-            self.settings, me, tuple(sorted(config.seed_nodes)), _ControllerHost(self),
+            self.settings, me, tuple(sorted(config.seed_nodes)), ControllerHost(self),
             self.raft.hard_states, config.raft_election_ticks, 1, config.default_replicas)
         actor = actor_of(controller)
         assert isinstance(actor, ClusterController)
@@ -562,7 +562,7 @@ class Shard:
         if coordinator is None:
             return
         led = frozenset(index for (topic, index), ref in self._partitions.items()
-                        if topic == OFFSETS_TOPIC and _leads(ref))
+                        if topic == OFFSETS_TOPIC and leads(ref))
         if led != self._offsets_led:
             self._offsets_led = led
             coordinator.tell(OffsetsOwnership(led))
@@ -605,7 +605,7 @@ class Shard:
             return {}
         raft = []
         for ref in self._partitions.values():
-            status = _raft_status(ref)
+            status = raft_status(ref)
             if status is not None:
                 raft.append(status)
         extra: dict[str, Any] = {"raft": raft}
@@ -650,6 +650,13 @@ class Shard:
         can never be answered. Fail fast, as Seastar does: this shard exits, the supervisor
         stops the node, and nothing acknowledged is lost (acks follow fdatasync)."""
         log.critical("pipe from shard %d broken: %s; stopping the node", source, reason)
+        self.exit_code = EXIT_PIPE_BROKEN
+        self.stop()
+
+    def stop_failed(self, reason: str) -> None:
+        """Something this shard cannot go on without failed (the controller log's fdatasync):
+        stop the node, as a broken pipe does."""
+        log.critical("shard %d: %s; stopping the node", self.shard_id, reason)
         self.exit_code = EXIT_PIPE_BROKEN
         self.stop()
 
@@ -721,7 +728,7 @@ class Shard:
         at once, no election timeout), so its partitions are writable again within a round
         trip or two; then the actors stop. A transfer that does not finish by `deadline`
         (no follower reachable) is given up: the others elect after their timeout."""
-        leading = [ref for ref in self._partitions.values() if _leads(ref)]
+        leading = [ref for ref in self._partitions.values() if leads(ref)]
         controller = self._controller_actor
         if controller is not None and controller.is_leader():
             controller.transfer_leadership()
@@ -731,7 +738,7 @@ class Shard:
 
     def _handed_over(self, deadline: float) -> None:
         controller = self._controller_actor
-        busy = any(_leads(ref) for ref in self._partitions.values()) or (
+        busy = any(leads(ref) for ref in self._partitions.values()) or (
             controller is not None and controller.is_leader())
         if busy and self.loop.time() < deadline:
             self.loop.call_later(0.01, self._handed_over, deadline)
@@ -776,77 +783,6 @@ class Shard:
         log.info("shard %d stopped", self.shard_id)
 
 
-class _ControllerHost:
-    """What shard 0 gives the cluster controller (actors/cluster_controller.py)."""
-
-    def __init__(self, shard: Shard) -> None:
-        self.shard = shard
-
-    def publish(self, table: TopicTable, done: Callable[[], None]) -> None:
-        self.shard.publish_topics(table, done)
-
-    def nodes_changed(self, view: ClusterView) -> None:
-        shard = self.shard
-        actor = shard._controller_actor  # noqa: SLF001
-        controller = actor.leader_node if actor is not None else None
-        shard.cluster_changed(controller, dict(view.nodes))
-        if shard._router is not None:  # noqa: SLF001
-            for peer in shard._router.peers():  # noqa: SLF001
-                cluster_info.send(shard._router, peer, controller, view.nodes)  # noqa: SLF001
-
-    def forward(self, leader_node: int, message: Any) -> None:
-        shard = self.shard
-        assert shard._router is not None and shard._node_mesh is not None  # noqa: SLF001
-        RemoteController(shard._router, shard._node_mesh.address(leader_node, 0)).tell(message)  # noqa: SLF001
-
-    def send_raft(self, messages: list[Any]) -> None:
-        assert self.shard.raft is not None
-        self.shard.raft.send(*CONTROLLER_GROUP, messages)
-
-    def run_blocking(self, fn: Callable[[], Any],
-                     done: Callable[[Any, BaseException | None], None]) -> None:
-        self.shard.run_blocking(fn, done)
-
-    def schedule(self, fn: Callable[[], None]) -> None:
-        self.shard.loop.call_soon(fn)
-
-    def later(self, delay_s: float, fn: Callable[[], None]) -> Any:
-        return self.shard.loop.call_later(delay_s, fn)
-
-    def live_nodes(self) -> set[int]:
-        return set(self.shard._cluster_nodes)  # noqa: SLF001
-
-    def fatal(self, reason: str) -> None:
-        log.critical("%s; stopping the node", reason)
-        self.shard.exit_code = EXIT_PIPE_BROKEN
-        self.shard.stop()
-
-
-def _leads(ref: Any) -> bool:
-    """Whether a partition actor is a replicated partition's leader (read on the loop)."""
-    actor = actor_of(ref)
-    return actor is not None and actor.leader_epoch_is_leader  # type: ignore[attr-defined]
-
-
-def _raft_status(ref: Any) -> list[Any] | None:
-    """A partition actor's Raft status, read on the loop (its state is not shared)."""
-    actor = actor_of(ref)
-    return None if actor is None else actor.raft_status()  # type: ignore[attr-defined]
-
-
-class _NotHosted:
-    """Stands in for a partition of a cluster's topic with no replica on this node: every
-    message is answered NOT_LEADER_OR_FOLLOWER (the client asks Metadata for its leader)."""
-
-    def tell(self, message: Any) -> None:
-        refuse(message, ErrorCode.NOT_LEADER_OR_FOLLOWER)
-
-    def __repr__(self) -> str:
-        return "NOT_HOSTED"
-
-
-NOT_HOSTED = _NotHosted()
-
 TRASH_SUFFIX = "-delete"
 
 
@@ -860,15 +796,6 @@ def _move_to_trash(directory: Path) -> Path:
     except FileNotFoundError:
         pass
     return trash
-
-
-def _cluster_id(config: NodeConfig) -> str:
-    """A node of its own: the id made when its data directory was new. A cluster's: derived
-    from its seeds (every node has the same list), so every node reports the same id."""
-    if not config.seed_nodes:
-        return load_cluster_id(config.data_dir)
-    seeds = ",".join(f"{n}@{h}:{p}" for n, (h, p) in sorted(config.seed_nodes.items()))
-    return str(uuid.uuid5(uuid.NAMESPACE_URL, "krill-cluster:" + seeds))
 
 
 def _reader_advertised(config: NodeConfig) -> str:
