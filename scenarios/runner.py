@@ -82,7 +82,8 @@ class Worker:
         self.ready = threading.Event()
         self.done: dict[str, Any] | None = None
         self._on_stats = on_stats
-        threading.Thread(target=self._read, daemon=True).start()
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
         if not self.ready.wait(limits.worker_ready_timeout_s):
             self.kill()
             raise RunError(f"the {name} worker did not start; see {out}/worker-{name}.log")
@@ -113,6 +114,7 @@ class Worker:
     def wait(self, timeout_s: float) -> bool:
         try:
             self.process.wait(timeout=timeout_s)
+            self.reader.join(timeout=5.0)  # its last line (`done`) read
             return True
         except subprocess.TimeoutExpired:
             self.kill()
@@ -648,6 +650,13 @@ class Run:
             for consumers, _ in self.consumer_workers:  # they drain together
                 if not consumers.wait(limits.drain_timeout_s + 30):
                     self.errors.append(f"the {consumers.name} did not drain in time (killed)")
+                    continue
+                for group, behind in ((consumers.done or {}).get("undrained") or {}).items():
+                    shown = ", ".join(f"{t}-{p} at {pos} of {end}" for t, p, pos, end in behind[:5])
+                    self.errors.append(
+                        f"group {group} did not read to the end in {limits.drain_timeout_s:g} s: "
+                        f"{shown}{f' and {len(behind) - 5} more' if len(behind) > 5 else ''}"
+                        " (position -1: not assigned)")
         for worker in self.workers.values():
             worker.command("stop")
             worker.wait(limits.worker_exit_timeout_s)

@@ -77,6 +77,7 @@ class Stats:
         self.cpu_ready_s = self.cpu_end_s = 0.0
         self.main_ready_s = self.main_end_s = 0.0
         self.latencies_ns: list[int] = []
+        self.undrained: dict[str, Any] = {}  # what a drain that ran out of time left unread
 
     def ready(self) -> None:
         self.cpu_ready_s, self.main_ready_s = cpu_s(), time.thread_time()
@@ -454,22 +455,34 @@ def run_consumers(config: dict[str, Any], recorder: Recorder, stats: Stats,
             consumers.poll(i, limits.poll_timeout_s / max(1, len(active)))
         if not active:
             time.sleep(limits.poll_timeout_s)
-        if drain is not None and (_drained(consumers, config, drain)
-                                  or time.monotonic() > drain_deadline):
-            break
+        if drain is not None:
+            short = _short_of(consumers, config, drain)
+            if not short:
+                break
+            if time.monotonic() > drain_deadline:  # the runner reports it: not a silent pass
+                stats.undrained = short
+                break
     consumers.close()
 
 
-def _drained(consumers: Any, config: dict[str, Any], ends: dict[tuple[str, int], int]) -> bool:
-    """Every subscription (group) has read to `ends` in every partition. A partition that
-    never held a record (end 0: a few seconds of sticky partitioning over a hundred
-    partitions leaves some empty) has nothing to read, and no consumer has a position in it."""
+def _short_of(consumers: Any, config: dict[str, Any],
+              ends: dict[tuple[str, int], int]) -> dict[str, list[tuple[str, int, int, int]]]:
+    """Per subscription (group), the partitions it has not yet read to `ends`, as
+    (topic, partition, position or -1 when not assigned, end); empty when all have. A
+    partition that never held a record (end 0: a few seconds of sticky partitioning over a
+    hundred partitions leaves some empty) has nothing to read, and no consumer has a position
+    in it."""
     reached: dict[str, dict[tuple[str, int], int]] = {}
     for i, (_, group, _) in enumerate(consumers.members):
         reached.setdefault(group, {}).update(consumers.positions(i))
-    return all(all(reached.get(group, {}).get(tp, -1) >= end for tp, end in ends.items()
-                   if tp[0] in topics and end > 0)
-               for group, topics in config["subscriptions"].items())
+    short: dict[str, list[tuple[str, int, int, int]]] = {}
+    for group, topics in config["subscriptions"].items():
+        at = reached.get(group, {})
+        behind = [(t, p, at.get((t, p), -1), end) for (t, p), end in sorted(ends.items())
+                  if t in topics and end > 0 and at.get((t, p), -1) < end]
+        if behind:
+            short[group] = behind
+    return short
 
 
 # --- aiokafka: its own loop thread, the same interface ------------------------------------
@@ -660,7 +673,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         recorder.close()
         print(json.dumps({"done": True, "cpu_s": cpu_s(), **stats.load(),
-                          "acked_total": stats.acked_total, **stats.line()}),
+                          "acked_total": stats.acked_total, "undrained": stats.undrained,
+                          **stats.line()}),
               flush=True)
     return 0
 
