@@ -821,12 +821,13 @@ class Partition(LoopActor):
         return self._leading and self._replication is not None
 
     def raft_status(self) -> list[Any] | None:
-        """For the shard's stats: [topic, index, role, leader, term, hwm, log end, followers]."""
+        """For the shard's stats: [topic, index, role, leader, term, hwm, log end, followers,
+        quiesced]."""
         if self._replication is None or self._log is None:
             return None
-        role, leader, term, followers = self._replication.status()
+        role, leader, term, followers, quiesced = self._replication.status()
         return [self.topic, self.index, role, leader, term, self.high_watermark,
-                self._log.next_offset, followers]
+                self._log.next_offset, followers, quiesced]
 
     # Topic changes ------------------------------------------------------------------------
 

@@ -33,6 +33,7 @@ from __future__ import annotations
 import logging
 import random
 from collections.abc import Callable
+from collections.abc import Set as AbstractSet
 from typing import TYPE_CHECKING, Any
 
 from actors import limits
@@ -66,7 +67,10 @@ class RaftServices:
     hard_states: Any  # actors.hard_state.HardStateStore
 
     def send(self, topic: str, index: int, messages: list[Message]) -> None: ...
-    def register(self, topic: str, index: int, tick: Callable[[], None]) -> None: ...
+    lost: AbstractSet[Address]  # peers not heard from for an election timeout
+
+    def register(self, topic: str, index: int, tick: Callable[[], None],
+                 replicas: tuple[Address, ...] = ()) -> None: ...
     def unregister(self, topic: str, index: int) -> None: ...
     def schedule(self, fn: Callable[[], None]) -> None: ...
     def leader_changed(self, topic: str, index: int, leader: Address | None, epoch: int,
@@ -98,14 +102,14 @@ class Replication:
     def start(self, log_: Log) -> None:
         raft = self.raft
         config = Config(raft.address, self.replicas, election_ticks=raft.election_ticks,
-                        heartbeat_ticks=raft.heartbeat_ticks)
+                        heartbeat_ticks=raft.heartbeat_ticks, quiesce=True)
         machine = RaftMachine(
             config, random.Random(), hard_state=raft.hard_states.get(self.group),
             log=log_state(log_), committed=log_.log_start_offset - 1,
             batch_reader=log_batch_reader(log_))
         self.replica = Replica(self.group, machine, self, raft.hard_states, raft.schedule)
         p = self.partition
-        raft.register(p.topic, p.index, self.tick)
+        raft.register(p.topic, p.index, self.tick, self.replicas)
         if self.replicas[0] == raft.address:
             # The preferred leader (placement spreads them over nodes and shards) asks for
             # votes at once: a new topic has its leaders where placement put them, without
@@ -130,7 +134,7 @@ class Replication:
         replica = self.replica
         if replica is None or replica.closed:
             return
-        replica.tick()
+        replica.tick(self.raft.lost)
         self._ticks += 1
         if self._ticks % (self.raft.election_ticks * limits.preferred_leader_check_timeouts) == 0:
             self._hand_back()
@@ -224,16 +228,17 @@ class Replication:
             machine.set_log_start(offset)
 
     def status(self) -> list[Any]:
-        """[role, leader node or -1, term, {follower node: matched offset}] for the admin."""
+        """[role, leader node or -1, term, {follower node: matched offset}, quiesced] for the
+        admin."""
         if self.replica is None:
-            return ["follower", -1, 0, {}]
+            return ["follower", -1, 0, {}, False]
         machine = self.machine
         followers = {}
         if machine.role == Role.Leader:
             followers = {str(peer[0]): pr.match  # type: ignore[index]
                          for peer, pr in machine.progress.items() if peer != self.raft.address}
         leader = machine.leader[0] if isinstance(machine.leader, tuple) else -1
-        return [machine.role.name.lower(), leader, machine.term, followers]
+        return [machine.role.name.lower(), leader, machine.term, followers, machine.quiesced]
 
     # ReplicaHost ------------------------------------------------------------------------------
 

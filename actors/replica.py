@@ -6,7 +6,8 @@ actors/log_lifecycle.py does) and is driven by the partition's messages. Inputs 
 machine at once; what the machine asks in return is taken once a loop turn, as one Ready, so
 the appends of every produce of a turn leave for each follower as one message:
 
-    tick()            the shard's Raft ticker           machine.tick()
+    tick(lost)        the shard's Raft ticker           machine.tick() (wake() first if
+                                                        quiet and out of touch)
     receive(m)        a peer's message (shards/calls)   machine.step(m)
     propose(n)        the leader appended n offsets     machine.propose(n) -> its range
     flushed(o, t)     an fdatasync covered o (term t)   machine.flushed(o, t)
@@ -43,6 +44,7 @@ import collections
 import logging
 import struct
 from collections.abc import Callable
+from collections.abc import Set as AbstractSet
 from typing import Any, Protocol
 
 from actors import limits
@@ -55,6 +57,7 @@ from actors.raft import (
     Message,
     MsgType,
     RaftMachine,
+    Role,
     SoftState,
     TruncateAfter,
 )
@@ -168,8 +171,20 @@ class Replica:
 
     # Inputs -----------------------------------------------------------------------------
 
-    def tick(self) -> None:
+    def tick(self, lost: AbstractSet[Any] = frozenset()) -> None:
+        """`lost`: the peers the host has not heard from for an election timeout. A quiesced
+        machine is woken when its leader, or (leading) a quorum of its followers, is among
+        them (actors/raft/machine.py, quiescence)."""
         machine = self.machine
+        if machine.quiesced:
+            if not lost:
+                return
+            if machine.role == Role.Leader:
+                if 1 + sum(p not in lost for p in machine.peers) >= machine.quorum:
+                    return
+            elif machine.leader is not None and machine.leader not in lost:
+                return
+            machine.wake(lost_touch=True)
         machine.tick()
         if machine.has_ready():  # most ticks of most groups ask nothing
             self._soon()

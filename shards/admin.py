@@ -7,7 +7,8 @@
     GET /v1/cluster/health_overview is the cluster healthy: nodes down, leaderless partitions
     GET /v1/node                    this node: id, addresses, shards, uptime
     GET /v1/partitions              this node's replicas of replicated partitions: role,
-                                    leader, term, high watermark, log end, followers' match
+                                    leader, term, high watermark, log end, followers' match,
+                                    quiesced (an idle group that stopped ticking)
 
 Failure probes, after Redpanda's `/v1/failure-probes`, for fault-injection tests and the
 scenario runner's slow-disk and fdatasync-error faults (storage/probes.py). They answer 403
@@ -510,12 +511,14 @@ def replicated_partitions(snapshots: list[dict[str, Any] | None]) -> list[dict[s
     replicas = []
     for shard, snapshot in enumerate(snapshots):
         for entry in (snapshot or {}).get("raft") or ():
-            topic, partition, role, leader, term, high_watermark, log_end, followers = entry
+            (topic, partition, role, leader, term, high_watermark, log_end, followers,
+             quiesced) = entry
             replicas.append({
                 "topic": topic, "partition": partition, "shard": shard, "role": role,
                 "leader": leader, "term": term, "high_watermark": high_watermark,
                 "log_end": log_end,
                 "followers": {str(n): offset for n, offset in sorted((followers or {}).items())},
+                "quiesced": quiesced,
             })
     replicas.sort(key=lambda r: (r["topic"], r["partition"]))
     return replicas

@@ -5,6 +5,12 @@ controller group (actors/cluster_controller.py), is a Raft group driven from her
 
 - The ticker: one timer per shard, every `raft_heartbeat_interval_ms`, ticks every group of
   the shard (a call on the loop; a group's Ready is then taken once that turn).
+- Liveness, for quiesced groups (actors/raft/machine.py): an idle group stops ticking, its
+  followers' leases held open, so something else must say that a peer is gone. Each tick
+  this shard sends an empty call to every peer shard of its groups that it sent nothing to
+  since the last tick (a keepalive: one message per shard pair, however many groups), and
+  notes when it last heard from each. `lost` is the peers not heard from for an election
+  timeout; a quiet group whose leader, or whose quorum, is among them is woken.
 - The hard-state table (actors/hard_state.py): every group's term and vote in one file under
   `<data_dir>/_krill/shard-N/`, one atomic write per loop turn for every group that changed.
 - Sends: a group's messages go to each replica's shard, `(node, shard)`, through the Router
@@ -19,6 +25,7 @@ controller group (actors/cluster_controller.py), is a Raft group driven from her
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 from collections.abc import Callable
 from pathlib import Path
@@ -60,6 +67,14 @@ class RaftHost:
         self.hard_states = HardStateStore(directory, run_io, loop.call_soon)
         self.leaders = LeaderTable()
         self._ticks: dict[tuple[str, int], Callable[[], None]] = {}
+        self._group_peers: dict[tuple[str, int], tuple[Address, ...]] = {}
+        # Liveness (module docstring): the peers of this shard's groups, how many groups each
+        # is a peer in, and when each was last heard from (loop time).
+        self._peers: collections.Counter[Address] = collections.Counter()
+        self._heard: dict[Address, float] = {}
+        self._sent: set[Any] = set()  # the router addresses sent to since the last tick
+        self.lost: frozenset[Address] = frozenset()
+        self.election_timeout_s = election_ticks * tick_s
         self._due: list[Callable[[], None]] = []  # Replicas' work for the end of the turn
         # This turn's messages: target shard -> (topic, index) -> messages, in send order.
         self._outbox: dict[Any, dict[tuple[str, int], list[Message]]] = {}
@@ -91,12 +106,34 @@ class RaftHost:
 
     # RaftServices ----------------------------------------------------------------------------
 
-    def register(self, topic: str, index: int, tick: Callable[[], None]) -> None:
-        self._ticks[(topic, index)] = tick
+    def register(self, topic: str, index: int, tick: Callable[[], None],
+                 replicas: tuple[Address, ...] = ()) -> None:
+        """Tick this group; `replicas`: its replicas, whose shards this one keeps alive."""
+        key = (topic, index)
+        self.unregister(topic, index)
+        self._ticks[key] = tick
+        now = self.loop.time()
+        peers = tuple(a for a in replicas if a != self.address)
+        self._group_peers[key] = peers
+        for peer in peers:
+            self._peers[peer] += 1
+            self._heard.setdefault(peer, now)  # a timeout's grace from the first group
 
     def unregister(self, topic: str, index: int) -> None:
-        self._ticks.pop((topic, index), None)
-        self._led.pop((topic, index), None)
+        key = (topic, index)
+        self._ticks.pop(key, None)
+        self._led.pop(key, None)
+        for peer in self._group_peers.pop(key, ()):
+            self._peers[peer] -= 1
+            if not self._peers[peer]:
+                del self._peers[peer]
+                self._heard.pop(peer, None)
+
+    def heard_from(self, source: Any) -> None:
+        """A Raft call came in from `source` (a shard of this node, or a (node, shard))."""
+        address = (self.node_id, source) if type(source) is int else tuple(source)
+        if address in self._peers:
+            self._heard[address] = self.loop.time()
 
     def schedule(self, fn: Callable[[], None]) -> None:
         """Run `fn` once this loop turn's input is in (a Replica's Ready): every group's in
@@ -134,6 +171,7 @@ class RaftHost:
             return
         for target, groups in outbox.items():
             raft_call.send(router, target, [(t, i, ms) for (t, i), ms in groups.items()])
+            self._sent.add(target)
 
     def leader_changed(self, topic: str, index: int, leader: Address | None, epoch: int,
                        replicas: tuple[Address, ...]) -> None:
@@ -182,8 +220,24 @@ class RaftHost:
 
     def _tick(self) -> None:
         self._timer = self.loop.call_later(self.tick_s, self._tick)
+        self._keep_alive()
         for tick in list(self._ticks.values()):
             try:
                 tick()
             except Exception:  # one group's bug must not stop every other group's clock
                 log.exception("a Raft group's tick failed")
+
+    def _keep_alive(self) -> None:
+        """Liveness (module docstring): who has gone quiet, and an empty call to each peer
+        shard this one sent nothing to since the last tick."""
+        now = self.loop.time()
+        heard, timeout = self._heard, self.election_timeout_s
+        self.lost = frozenset(a for a in self._peers if now - heard.get(a, now) > timeout)
+        router, mesh = self._router, self._mesh
+        if router is None or mesh is None:
+            return
+        sent, self._sent = self._sent, set()
+        for node, shard in self._peers:
+            target = mesh.address(node, shard)
+            if target not in sent:
+                raft_call.send(router, target, [])

@@ -524,6 +524,10 @@ class Shard:
             if isinstance(info, PlacedTopic) and address in info.replicas[index]:
                 ref.tell(RaftUnreachable(address))
 
+    def raft_heard_from(self, source: Any) -> None:
+        if self.raft is not None:
+            self.raft.heard_from(source)
+
     def raft_receive(self, topic: str, index: int, messages: list[Any]) -> None:
         if (topic, index) == CONTROLLER_GROUP:
             target = self._controller if self.shard_id == 0 else None

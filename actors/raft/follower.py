@@ -82,6 +82,8 @@ def handle_heartbeat(r: RaftMachine, m: Message) -> None:
     if commit > r.commit:
         r.commit = commit
     r.send(Message(MsgType.MsgHeartbeatResp, m.sender, r.id, r.term))
+    if m.quiesce:
+        r.quiesced = True  # the leader has nothing to send until its next proposal
 
 
 def handle_install(r: RaftMachine, m: Message) -> None:

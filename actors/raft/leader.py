@@ -89,15 +89,16 @@ def _send_install(r: RaftMachine, to: NodeId, pr: Progress) -> bool:
     return True
 
 
-def broadcast_heartbeat(r: RaftMachine) -> None:
-    """Heartbeat every follower. Cheap to drop: the orchestrator may skip a heartbeat to a
-    peer that got an append of this group within the heartbeat interval (an append resets
-    the follower's election timer too, and its answer marks it active), and batch the rest
-    per node pair."""
+def broadcast_heartbeat(r: RaftMachine, quiesce: bool = False) -> None:
+    """Heartbeat every follower (`quiesce`: the last before the group goes quiet). Cheap to
+    drop: the orchestrator may skip a heartbeat to a peer that got an append of this group
+    within the heartbeat interval (an append resets the follower's election timer too, and
+    its answer marks it active), and batch the rest per node pair."""
     for p in r.peers:
         # Never past its match: the follower may not hold our log beyond it.
         match = r.progress[p].match
-        r.send(Message(MsgType.MsgHeartbeat, p, r.id, r.term, commit=min(match, r.commit)))
+        r.send(Message(MsgType.MsgHeartbeat, p, r.id, r.term, commit=min(match, r.commit),
+                       quiesce=quiesce))
 
 
 def leader_acked(r: RaftMachine) -> None:

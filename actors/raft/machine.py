@@ -38,6 +38,17 @@ Roles and how they change (every transition goes through one `become_*` that set
 - Leadership transfer: the leader refuses proposals, catches the transferee up and sends it
   MsgTimeoutNow; the transferee campaigns at once, without pre-vote, its votes marked
   `transfer` so that followers' leases let them through. Abandoned after an election timeout.
+- Quiescence (`Config.quiesce`, after CockroachDB): an idle group stops ticking. A leader
+  whose log is committed, synced and matched by every follower sends, at its next heartbeat,
+  one more marked `quiesce` and goes quiet: no heartbeats, no check-quorum. A follower that
+  takes it goes quiet too: no election clock, so its lease holds and it refuses others'
+  votes. What keeps that safe to leave is outside: the orchestrator hears each peer's host
+  (node liveness) and calls `wake(lost_touch=True)` when a quiet follower's leader, or a
+  quorum of a quiet leader's followers, went silent for an election timeout; the follower
+  then campaigns after the rest of a randomized timeout, the leader gets one timeout to hear
+  from a quorum before check-quorum steps it down. A proposal, a transfer or any message
+  that asks for work wakes a group (a vote from the follower's own leader: that leader lost
+  its lead, so the lease is over). Waking changes timers only: no safety rule depends on it.
 - Static replica sets: no membership changes.
 """
 
@@ -98,6 +109,7 @@ class Config:
     inflight_messages_max: int = limits.inflight_messages_max
     inflight_bytes_max: int = limits.inflight_bytes_max
     append_bytes_max: int = limits.append_bytes_max
+    quiesce: bool = False  # an idle group stops ticking (module docstring)
 
     def __post_init__(self) -> None:
         assert self.id in self.peers and len(set(self.peers)) == len(self.peers), self
@@ -146,6 +158,7 @@ class RaftMachine:
         self.votes: dict[NodeId, bool] = {}
         self.progress: dict[NodeId, Progress] = {}
         self.transferee: NodeId | None = None
+        self.quiesced = False  # idle: ticks do nothing (module docstring)
         # follower: answering appends once flushed (follower.py)
         self.leader_match = self.commit  # the log matches the leader's up to here
         self.ack_pending = -1  # accepted appends up to here want an answer
@@ -167,7 +180,9 @@ class RaftMachine:
     # ------------------------------------------------------------------------ inputs
 
     def tick(self) -> None:
-        """One unit of the orchestrator's clock."""
+        """One unit of the orchestrator's clock (none while quiesced)."""
+        if self.quiesced:
+            return
         self.election_elapsed += 1
         if self.role != Role.Leader:
             if self.election_elapsed >= self.randomized_election_ticks:
@@ -183,11 +198,62 @@ class RaftMachine:
             self.transferee = None  # a transfer not done within an election timeout failed
         if self.heartbeat_elapsed >= self.config.heartbeat_ticks:
             self.heartbeat_elapsed = 0
-            broadcast_heartbeat(self)
+            quiesce = self._idle()
+            broadcast_heartbeat(self, quiesce)
+            self.quiesced = quiesce
+
+    def wake(self, lost_touch: bool = False) -> None:
+        """Tick again (module docstring). `lost_touch`: the orchestrator has heard nothing for
+        an election timeout from this follower's leader (its lease is over: it campaigns
+        after the rest of its randomized timeout), or from a quorum of this leader's followers
+        (check-quorum decides at the end of the next timeout)."""
+        if not self.quiesced:
+            return
+        self.quiesced = False
+        if self.role == Role.Leader:
+            self.election_elapsed = 0
+            self.heartbeat_elapsed = self.config.heartbeat_ticks - 1  # one at the next tick
+            if lost_touch:
+                for pr in self.progress.values():
+                    pr.recent_active = False
+        else:
+            self.election_elapsed = self.config.election_ticks if lost_touch else 0
+
+    def _idle(self) -> bool:
+        """A leader with nothing to do until the next proposal: everything it holds is
+        committed and synced, here and on every follower, each heard from since the last
+        check-quorum round (a leader woken because it lost touch stays awake until it hears
+        them again, or check-quorum steps it down)."""
+        if (not self.config.quiesce or self.transferee is not None or self.msgs
+                or self.want_append):
+            return False
+        last = self.log.last_offset
+        return (self.commit == last and self.log.flushed_offset == last
+                and all(pr.match == last and pr.recent_active
+                        for pr in self.progress.values()))
+
+    def _wakes(self, m: Message) -> bool:
+        """Whether `m` ends this quiesced replica's quiet: anything that asks for work. What a
+        quiet follower refuses by its lease (another's vote), a repeated quiesce, and answers
+        to what a quiet leader sent (nothing new in them) leave it quiet."""
+        t = m.type
+        if self.role == Role.Leader:
+            if t == MsgType.MsgHeartbeatResp or t == MsgType.MsgUnreachable:
+                return False
+            if t == MsgType.MsgAppResp and not m.reject:
+                pr = self.progress.get(m.sender)
+                return pr is None or m.offset > pr.match
+            return True
+        if t == MsgType.MsgHeartbeat:
+            return not (m.quiesce and m.sender == self.leader and m.term == self.term)
+        if t in _VOTES:
+            return m.sender == self.leader
+        return t in (MsgType.MsgApp, MsgType.MsgSnap, MsgType.MsgTimeoutNow, MsgType.MsgHup)
 
     def campaign(self) -> None:
         """MsgHup: start an election (a pre-vote first when configured)."""
         if self.role != Role.Leader:
+            self.wake()
             self._campaign(pre_vote=self.config.pre_vote, transfer=False)
 
     def propose(self, records: int, payload: Any = None) -> Range | None:
@@ -197,6 +263,7 @@ class RaftMachine:
         assert records > 0, records
         if self.role != Role.Leader or self.transferee is not None:
             return None
+        self.wake()
         return self._append_local(records, payload)
 
     def transfer_leader(self, to: NodeId) -> None:
@@ -224,6 +291,9 @@ class RaftMachine:
 
     def step(self, m: Message) -> None:
         """Take one message: from a peer (term > 0) or local (term 0)."""
+        if self.quiesced and self._wakes(m):
+            # A vote from a follower's own leader: it no longer leads, the lease is over.
+            self.wake(lost_touch=m.type in _VOTES and self.role != Role.Leader)
         if m.term > self.term:
             if m.type in _VOTES and not m.transfer and self._in_lease():
                 return  # a leader was heard within the election timeout: it still leads
@@ -322,6 +392,7 @@ class RaftMachine:
             self.term = term
             self.vote = None
         self.leader = None
+        self.quiesced = False
         self.election_elapsed = 0
         self.heartbeat_elapsed = 0
         self.randomized_election_ticks = self.config.election_ticks + self.rng.randrange(

@@ -18,7 +18,8 @@ passed through the machine untouched to the follower's `Append` write).
     MsgApp             T      prev offset         prev term     ranges, commit, payload
     MsgAppResp         T      acked (flushed)     hint term     reject: offset = rejected
                               offset                            prev, hint = hint offset
-    MsgHeartbeat       T      -                   -             commit
+    MsgHeartbeat       T      -                   -             commit, quiesce: stop
+                                                                the election clock (idle)
     MsgHeartbeatResp   T      -                   -             -
     MsgSnap            T      log start - 1       its term      commit: "restart your log here"
     MsgTimeoutNow      T      -                   -             the transferee campaigns now
@@ -95,6 +96,7 @@ class Message(NamedTuple):
     reject: bool = False
     hint: int = -1
     transfer: bool = False
+    quiesce: bool = False
     payload: Any = None  # the batches' bytes, attached and read by the orchestrator only
 
 

@@ -1,7 +1,8 @@
 """raft: Raft groups' messages to their replicas on another shard, of this node or another.
 
     RaftCall(groups)  -->  that shard: each group's messages to its replica of the partition
-                           (the controller group: topic "", partition 0)
+                           (the controller group: topic "", partition 0); no groups: a
+                           keepalive, for quiesced groups' liveness (shards/raft_host.py)
     (no answer: Raft answers with messages of its own, and takes lost ones in its stride)
 
 One call carries every group's messages to one shard in one loop turn (the shard's RaftHost
@@ -49,15 +50,15 @@ def _to_wire(m: Message, frames: list[Any]) -> list[Any]:
     ranges = [n for r in m.ranges for n in r]
     to, sender = cast(tuple[int, int], m.to), cast(tuple[int, int], m.sender)
     return [int(m.type), *to, *sender, m.term, m.offset, m.log_term, ranges, m.commit,
-            m.reject, m.hint, m.transfer, payload]
+            m.reject, m.hint, m.transfer, m.quiesce, payload]
 
 
 def _from_wire(value: list[Any], frames: list[Any]) -> Message:
     (kind, to_node, to_shard, from_node, from_shard, term, offset, log_term, flat, commit,
-     reject, hint, transfer, payload) = value
+     reject, hint, transfer, quiesce, payload) = value
     ranges = tuple(Range(flat[i], flat[i + 1], flat[i + 2]) for i in range(0, len(flat), 3))
     return Message(_TYPES[kind], (to_node, to_shard), (from_node, from_shard), term, offset,
-                   log_term, ranges, commit, reject, hint, transfer,
+                   log_term, ranges, commit, reject, hint, transfer, quiesce,
                    None if payload < 0 else frames[payload])
 
 
@@ -71,6 +72,7 @@ def send(router: Router, to: Address,
 
 def serve(request: Request, body: Any, frames: list[Any]) -> None:
     shard = request.router.shard
+    shard.raft_heard_from(request.source)  # an empty call is a keepalive (shards/raft_host.py)
     for group in RaftCall._make(body).groups:
         messages = [_from_wire(m, frames) for m in group[2:]]
         shard.raft_receive(group[0], group[1], messages)

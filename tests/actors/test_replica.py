@@ -38,14 +38,14 @@ def log_state(log: DiskLog) -> LogState:
 
 
 class Node:
-    def __init__(self, n: int, root: Path, net: Net) -> None:
+    def __init__(self, n: int, root: Path, net: Net, quiesce: bool = False) -> None:
         self.n, self.id, self.net = n, (n, 0), net
         self.loop = asyncio.get_running_loop()
         self.log = DiskLog.open(root / f"node-{n}" / GROUP)
         self.log.serve()
         self.store = HardStateStore(root / f"node-{n}", self.run_io, self.loop.call_soon)
         machine = RaftMachine(
-            Config(self.id, tuple((p, 0) for p in NODES), election_ticks=10),
+            Config(self.id, tuple((p, 0) for p in NODES), election_ticks=10, quiesce=quiesce),
             random.Random(n), hard_state=self.store.get(GROUP), log=log_state(self.log),
             batch_reader=log_batch_reader(self.log))
         self.replica = Replica(GROUP, machine, self, self.store, self.loop.call_soon)
@@ -135,6 +135,7 @@ class Node:
 
 class Net:
     def __init__(self) -> None:
+        self.sent = 0
         self.nodes: dict[tuple[int, int], Node] = {}
         self.cut: set[int] = set()  # nodes whose links are all down
         self.only_appends_from: int | None = None  # this node's first append per peer only
@@ -142,6 +143,7 @@ class Net:
 
     def send(self, messages: list[Message]) -> None:
         loop = asyncio.get_running_loop()
+        self.sent += len(messages)
         for m in messages:
             src, dst = m.sender[0], m.to[0]
             if src in self.cut or dst in self.cut:
@@ -167,7 +169,10 @@ async def ticking(nodes: list[Node]) -> None:
     while True:
         for node in nodes:
             if not node.replica.closed:
-                node.replica.tick()
+                # The host's liveness (shards/raft_host.py): a cut-off node is not heard.
+                lost = {(n, 0) for n in node.net.cut if n != node.n}
+                node.replica.tick(lost if node.n not in node.net.cut else
+                                  {(n, 0) for n in NODES if n != node.n})
         await asyncio.sleep(TICK_S)
 
 
@@ -297,6 +302,44 @@ def test_a_leader_whose_log_ends_past_its_known_commit_writes_a_leader_change_fi
             assert new.produce([b"c"])
             assert new.log.next_offset == end + 2
             assert new.values()[:2] == [b"a", b"b"] and new.values()[-1] == b"c"
+        finally:
+            ticker.cancel()
+            await stop(nodes)
+
+    asyncio.run(main())
+
+
+def test_an_idle_group_goes_quiet_and_a_lost_leader_is_replaced_all_the_same(
+        tmp_path: Path) -> None:
+    """Quiescence: once everything is committed the group sends nothing, however long; when
+    the host stops hearing the leader (cut off), the followers are woken, one leads, and the
+    leader, hearing no quorum, steps down."""
+    async def main() -> None:
+        net = Net()
+        nodes = [Node(n, tmp_path, net, quiesce=True) for n in NODES]
+        net.nodes = {node.id: node for node in nodes}
+        ticker = asyncio.ensure_future(ticking(nodes))
+        try:
+            await until(lambda: leader(nodes) is not None, "a leader")
+            first = leader(nodes)
+            assert first is not None and first.produce([b"before"])
+            end = first.log.next_offset
+            await until(lambda: all(n.replica.machine.quiesced for n in nodes), "all quiet")
+            assert all(n.high_watermark == end for n in nodes)
+            sent = net.sent
+            await asyncio.sleep(TICK_S * 10 * 5)  # five election timeouts
+            assert net.sent == sent, "a quiet group sent messages"
+            assert all(n.replica.machine.quiesced for n in nodes)
+
+            net.cut = {first.n}
+            await until(lambda: leader(nodes, excluding={first.n}) is not None, "a new leader")
+            second = leader(nodes, excluding={first.n})
+            assert second is not None and second.produce([b"after"])
+            await until(lambda: first.replica.machine.role != Role.Leader,
+                        "the cut-off leader steps down")
+            net.cut = set()
+            await until(lambda: first.log.next_offset == second.log.next_offset
+                        and first.values() == [b"before", b"after"], "the old leader catches up")
         finally:
             ticker.cancel()
             await stop(nodes)

@@ -37,11 +37,11 @@ def snapshot(raft: list[list[Any]] | None = None, **extra: Any) -> dict[str, Any
 
 CONTROLLER = {"leader": 1, "term": 4, "nodes": [3, 1, 2]}
 SHARD_0 = snapshot(
-    [["orders", 2, "follower", 1, 7, 90, 95, {}],
-     ["orders", 0, "leader", 2, 5, 100, 120, {1: 120, 3: 80}]],
+    [["orders", 2, "follower", 1, 7, 90, 95, {}, True],
+     ["orders", 0, "leader", 2, 5, 100, 120, {1: 120, 3: 80}, False]],
     controller=CONTROLLER, topics=[["orders", 3]],
 )  # fmt: skip
-SHARD_1 = snapshot([["orders", 1, "candidate", -1, 6, 40, 41, {}]])
+SHARD_1 = snapshot([["orders", 1, "candidate", -1, 6, 40, 41, {}, False]])
 
 
 # shards/admin.py ------------------------------------------------------------------------------
@@ -50,11 +50,12 @@ SHARD_1 = snapshot([["orders", 1, "candidate", -1, 6, 40, 41, {}]])
 def test_replicated_partitions_by_topic_and_partition_followers_by_name() -> None:
     assert replicated_partitions([SHARD_0, SHARD_1]) == [
         {"topic": "orders", "partition": 0, "shard": 0, "role": "leader", "leader": 2,
-         "term": 5, "high_watermark": 100, "log_end": 120, "followers": {"1": 120, "3": 80}},
+         "term": 5, "high_watermark": 100, "log_end": 120, "followers": {"1": 120, "3": 80},
+         "quiesced": False},
         {"topic": "orders", "partition": 1, "shard": 1, "role": "candidate", "leader": -1,
-         "term": 6, "high_watermark": 40, "log_end": 41, "followers": {}},
+         "term": 6, "high_watermark": 40, "log_end": 41, "followers": {}, "quiesced": False},
         {"topic": "orders", "partition": 2, "shard": 0, "role": "follower", "leader": 1,
-         "term": 7, "high_watermark": 90, "log_end": 95, "followers": {}},
+         "term": 7, "high_watermark": 90, "log_end": 95, "followers": {}, "quiesced": True},
     ]  # fmt: skip
 
 
@@ -99,7 +100,7 @@ def test_health_of_a_node_in_a_cluster_names_the_controller_and_leadership() -> 
 
 
 def test_health_in_a_cluster_without_a_controller_leader_is_unhealthy() -> None:
-    led = snapshot([["orders", 0, "leader", 2, 5, 1, 1, {}]],
+    led = snapshot([["orders", 0, "leader", 2, 5, 1, 1, {}, False]],
                    controller={"leader": -1, "term": 9, "nodes": [1, 2, 3]})
     overview = health_overview(NODE, [led, snapshot([])])
     assert overview["controller_id"] == -1 and overview["leaderless_count"] == 0

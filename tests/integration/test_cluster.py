@@ -1,5 +1,5 @@
 """A 3-node cluster under faults: Metadata from every node, SIGSTOP and SIGTERM of a leader,
-kill -9 of a group's coordinator, a whole-cluster restart.
+kill -9 of a group's coordinator once every Raft group has gone quiet, a whole-cluster restart.
 
 Each test starts its own cluster (tests/support/cluster.py): every node a seed, one shard
 each, every partition replicated 3 times. Loads are confluent-kafka idempotent acks=all
@@ -256,6 +256,11 @@ def _committed(cluster: Cluster, topic: str) -> dict[int, int]:
     return {tp.partition: tp.offset for tp in answer.topic_partitions}
 
 
+def _all_quiet(cluster: Cluster) -> bool:
+    views = [node.replicas() for node in cluster.running()]
+    return all(view and all(r["quiesced"] for r in view.values()) for view in views)
+
+
 def test_group_keeps_its_offsets_when_its_coordinator_is_killed(cluster: Cluster) -> None:
     topic = "grouped"
     cluster.create_topic(topic, PARTITIONS)
@@ -267,6 +272,10 @@ def test_group_keeps_its_offsets_when_its_coordinator_is_killed(cluster: Cluster
         seen: dict[tuple[int, int], bytes] = {}
         committed_before = _consume(consumer, 300, seen)
         _commit(consumer, topic, committed_before)
+        # Nothing is written now: every Raft group goes quiet (no heartbeats, followers'
+        # election clocks stopped), so the failover below starts from quiet groups and relies
+        # on the peers' keepalives stopping (shards/raft_host.py).
+        wait_until(lambda: _all_quiet(cluster), 30, "every replica on every node quiesced")
         coordinator = cluster.coordinator(_GROUP)
         killed_at = time.monotonic()
         cluster[coordinator].kill9()

@@ -11,7 +11,7 @@ With KRILL_RAFT_REWRITE=1 the runner writes every actual output back into the fi
 of comparing (then read the diff). Commands (node ids are 1..n):
 
     add-nodes N [prevote=B] [checkquorum=B] [election=T] [heartbeat=T] [inflight=N]
-              [inflight-bytes=N] [append-bytes=N] [reader=B] [index=K]
+              [inflight-bytes=N] [append-bytes=N] [reader=B] [index=K] [quiesce=B]
                                   K: every node starts with offsets 0..K-1 of term 1, synced
     campaign N | propose N RECORDS | transfer-leader N TO | report-unreachable N PEER
     process-ready N...            handle each node's Ready (print it; flush nothing)
@@ -23,6 +23,7 @@ of comparing (then read the diff). Commands (node ids are 1..n):
     isolate N | heal              drop every message to or from N (queued ones too) / stop
     crash N | restart N           lose what is not synced / start from what is
     set-log-start N OFFSET        retention: the log starts at OFFSET (a batch boundary)
+    wake N [lost]                 end a quiesced node's quiet (`lost`: the host lost touch)
     status N | raft-log N
     ... quiet                     (after any command) run it, print only "ok"
 """
@@ -67,7 +68,7 @@ def format_message(m: Message) -> str:
         else:
             s += f" Ack:{m.offset}"
     elif t == MsgType.MsgHeartbeat:
-        s += f" Commit:{m.commit}"
+        s += f" Commit:{m.commit}" + (" quiesce" if m.quiesce else "")
     elif t == MsgType.MsgSnap:
         s += f" Start:{m.offset + 1} Prev:{m.offset}/{m.log_term} Commit:{m.commit}"
     if m.reject and t != MsgType.MsgAppResp:
@@ -163,7 +164,8 @@ class Env:
                                  ("heartbeat", "heartbeat_ticks", int),
                                  ("inflight", "inflight_messages_max", int),
                                  ("inflight-bytes", "inflight_bytes_max", int),
-                                 ("append-bytes", "append_bytes_max", int)):
+                                 ("append-bytes", "append_bytes_max", int),
+                                 ("quiesce", "quiesce", _flag)):
             if key in opts:
                 kw[field] = conv(opts[key])
         index = int(opts.get("index", 0))
@@ -327,9 +329,14 @@ class Env:
         s = self.node(args[0]).machine.status()
         lines = [f"{s.role} term={s.term} vote={s.vote} leader={s.leader} commit={s.commit} "
                  f"log={s.log_start}..{s.last_offset} flushed={s.flushed_offset}"
-                 + (f" transferee={s.transferee}" if s.transferee is not None else "")]
+                 + (f" transferee={s.transferee}" if s.transferee is not None else "")
+                 + (" quiesced" if self.node(args[0]).machine.quiesced else "")]
         lines.extend(f"{p}: {d}" for p, d in s.progress.items())
         return lines
+
+    def cmd_wake(self, args: list[str]) -> list[str]:
+        self.node(args[0]).machine.wake(lost_touch=args[1:] == ["lost"])
+        return []
 
     def cmd_raft_log(self, args: list[str]) -> list[str]:
         n = self.node(args[0])

@@ -2,7 +2,8 @@
 
 One seed decides everything: the cluster's size and settings, and each step of a chaos phase
 (deliver a random message in flight, so in any order, or drop it, or deliver it twice;
-handle a Ready; begin or complete a sync; tick; propose; cut links or heal them; crash a
+handle a Ready; begin or complete a sync; tick (with quiescence in half the seeds: a host
+that wakes quiet machines which lost touch); propose; cut links or heal them; crash a
 node, losing what it had not synced, and restart it; move a log start; transfer the lead).
 Then a calm phase (links healed, nodes restarted, nothing lost) in which a leader must be
 elected and commit a proposal, and every node learn it, within a bounded number of ticks.
@@ -49,6 +50,8 @@ class Result(NamedTuple):
     leaders: int  # distinct terms with a leader
     crashes: int
     calm_ticks: int  # ticks the calm phase needed
+    quiesced: int  # times a leader went quiet
+    woken: int  # times the host woke a quiet machine that lost touch
 
 
 class Checker:
@@ -156,7 +159,8 @@ class Sim:
         kw = dict(election_ticks=rng.choice((5, 10)), heartbeat_ticks=rng.choice((1, 2)),
                   pre_vote=rng.random() < 0.8, check_quorum=rng.random() < 0.8,
                   inflight_messages_max=rng.choice((1, 2, 8, 64)),
-                  append_bytes_max=rng.choice((300, 1000, 1 << 20)))
+                  append_bytes_max=rng.choice((300, 1000, 1 << 20)),
+                  quiesce=rng.random() < 0.5)
         self.nodes: dict[Any, Node] = {i: Node(make_config(i, n, **kw), seed=rng.randrange(1 << 30),
                               use_reader=rng.random() < 0.8) for i in range(1, n + 1)}
         self.net: list[Message] = []
@@ -164,6 +168,7 @@ class Sim:
         self.checker = Checker(self.nodes)
         self.proposals = 0
         self.crashes = 0
+        self.quiesced = self.woken = 0
         self.steps = 0
         self.p_drop = rng.choice((0.0, 0.05, 0.2))
         self.p_dup = rng.choice((0.0, 0.05))
@@ -297,8 +302,23 @@ class Sim:
         if flushing:
             self.flush_end(self.rng.choice(flushing))
 
+    def tick(self, n: Node) -> None:
+        """One tick, after the host's liveness check a quiesced machine relies on: a quiet
+        follower whose leader it cannot hear, or a quiet leader that cannot hear a quorum,
+        is woken (`lost_touch`), as shards/raft_host.py does from its peers' keepalives."""
+        m = n.machine
+        if m.quiesced:
+            heard = [p for p in m.peers if self.nodes[p].up and (p, n.id) not in self.cut]
+            if (m.leader not in heard if m.role != Role.Leader
+                    else 1 + len(heard) < m.quorum):
+                m.wake(lost_touch=True)
+                self.woken += 1
+        quiet = m.quiesced
+        m.tick()
+        self.quiesced += m.quiesced and not quiet
+
     def _tick_one(self) -> None:
-        self.rng.choice(self._up()).machine.tick()
+        self.tick(self.rng.choice(self._up()))
 
     def _propose_one(self) -> None:
         leaders = self._leaders()
@@ -331,12 +351,47 @@ class Sim:
         for n in self.nodes.values():
             if not n.up:
                 self.restart(n)
+        ticks = self._commit_in_calm()
+        if next(iter(self.nodes.values())).config.quiesce:
+            ticks += self._quiet_then_leader_lost()
+        return ticks
+
+    def _quiet_then_leader_lost(self) -> int:
+        """With quiescence: the idle group goes quiet within a few heartbeats, then sends
+        nothing for three election timeouts; its leader crashes, and the followers' hosts,
+        hearing nothing from it, wake them: a new leader must commit as before."""
+        config = next(iter(self.nodes.values())).config
+        quieting = 0
+        for _ in range(4 * config.heartbeat_ticks + 4):
+            quieting += 1
+            for n in self.nodes.values():
+                self.tick(n)
+            self.settle()
+            if all(n.machine.quiesced for n in self.nodes.values()):
+                break
+        else:
+            raise AssertionError("an idle group did not go quiet: "
+                                 f"{[n.machine.status() for n in self.nodes.values()]}")
+        for _ in range(3 * config.election_ticks):
+            for n in self.nodes.values():
+                self.tick(n)
+            assert not self.net and not any(n.machine.has_ready() for n in self.nodes.values()), (
+                f"a quiet group sent {self.net}")
+        leader = next(n for n in self.nodes.values() if n.machine.role == Role.Leader)
+        self.crash(leader)
+        ticks = self._commit_in_calm(skip=leader)
+        self.restart(leader)
+        return quieting + 3 * config.election_ticks + ticks
+
+    def _commit_in_calm(self, skip: Node | None = None) -> int:
+        """Ticks until a leader commits a new proposal and every node up knows it."""
+        up = [n for n in self.nodes.values() if n is not skip]
         target: tuple[int, int, str] | None = None  # (base, leader's term, ident)
         for tick in range(CALM_TICKS_MAX):
-            for n in self.nodes.values():
-                n.machine.tick()
+            for n in up:
+                self.tick(n)
             self.settle()
-            leaders = [n for n in self.nodes.values() if n.machine.role == Role.Leader]
+            leaders = [n for n in up if n.machine.role == Role.Leader]
             if leaders:
                 leader = max(leaders, key=lambda n: n.machine.term)
                 if target is None or target[1] != leader.machine.term:
@@ -348,7 +403,7 @@ class Sim:
             if target is not None:
                 acked = self.checker.acked_by_base.get(target[0])
                 if (acked is not None and acked.ident == target[2]
-                        and all(n.machine.commit >= target[0] for n in self.nodes.values())):
+                        and all(n.machine.commit >= target[0] for n in up)):
                     return tick + 1
         raise AssertionError(f"no leader committed within {CALM_TICKS_MAX} calm ticks "
                              f"(target {target}): "
@@ -358,6 +413,8 @@ class Sim:
         for _ in range(CALM_DELIVERY_ROUNDS_MAX):
             moved = False
             for n in self.nodes.values():
+                if not n.up:
+                    continue
                 if n.machine.has_ready():
                     self.process_ready(n)
                     moved = True
@@ -368,7 +425,8 @@ class Sim:
                     moved = True
             net, self.net = self.net, []
             for m in net:
-                self.nodes[m.to].machine.step(m)
+                if self.nodes[m.to].up:
+                    self.nodes[m.to].machine.step(m)
                 moved = True
             if not moved:
                 return
@@ -384,7 +442,7 @@ def run(seed: int, chaos_steps: int = CHAOS_STEPS) -> Result:
     except AssertionError as e:
         raise SimFailure(f"seed {seed} at step {sim.steps}: {e}") from e
     return Result(seed, len(sim.nodes), sim.steps, sim.checker.acked_last,
-                  len(sim.checker.leaders), sim.crashes, calm_ticks)
+                  len(sim.checker.leaders), sim.crashes, calm_ticks, sim.quiesced, sim.woken)
 
 
 if __name__ == "__main__":
