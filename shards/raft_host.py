@@ -110,7 +110,7 @@ class RaftHost:
                  replicas: tuple[Address, ...] = ()) -> None:
         """Tick this group; `replicas`: its replicas, whose shards this one keeps alive."""
         key = (topic, index)
-        self.unregister(topic, index)
+        self._forget_peers(key)
         self._ticks[key] = tick
         now = self.loop.time()
         peers = tuple(a for a in replicas if a != self.address)
@@ -123,6 +123,9 @@ class RaftHost:
         key = (topic, index)
         self._ticks.pop(key, None)
         self._led.pop(key, None)
+        self._forget_peers(key)
+
+    def _forget_peers(self, key: tuple[str, int]) -> None:
         for peer in self._group_peers.pop(key, ()):
             self._peers[peer] -= 1
             if not self._peers[peer]:

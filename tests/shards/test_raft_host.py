@@ -1,0 +1,89 @@
+"""The shard's Raft liveness for quiesced groups (shards/raft_host.py): one keepalive per peer
+shard per tick, only to those this shard sent nothing to, and `lost` naming the peers not
+heard from for an election timeout. On a real event loop, the ticks driven by the test; the
+Router and the node mesh are stand-ins that record calls (the transport itself is tested in
+test_node_mesh.py)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from actors.raft import Message, MsgType
+from shards.calls import raft as raft_call
+from shards.raft_host import RaftHost
+
+pytestmark = pytest.mark.timeout(30)
+
+TICK_S = 0.02
+ELECTION_TICKS = 5  # an election timeout of 0.1 s
+
+
+class _Router:
+    def __init__(self) -> None:
+        self.calls: list[tuple[Any, int, list[Any]]] = []
+
+    def call(self, to: Any, kind: int, body: Any, frames: list[Any], _on_answer: Any) -> None:
+        self.calls.append((to, kind, body.groups))
+
+    def keepalives(self) -> list[Any]:
+        calls, self.calls = self.calls, []
+        return sorted(to for to, kind, groups in calls if kind == raft_call.KIND and not groups)
+
+
+class _Mesh:
+    node_id = 1
+    peers = {2: ("127.0.0.1", 1), 3: ("127.0.0.1", 2)}
+
+    def address(self, node: int, shard: int) -> Any:
+        return shard if node == self.node_id else (node, shard)
+
+
+def test_keepalives_go_to_each_peer_shard_not_sent_to_and_lost_names_the_silent(
+        tmp_path: Path) -> None:
+    async def main() -> None:
+        def run_io(fn: Any, done: Any) -> None:
+            done(fn(), None)
+
+        host = RaftHost(1, 0, asyncio.get_running_loop(), str(tmp_path), run_io,
+                        ELECTION_TICKS, 1, TICK_S)
+        router = _Router()
+        host.bind(router, _Mesh(), lambda _node: 1, lambda _topic: b"\0" * 16)  # type: ignore[arg-type]
+        host.close()  # no timers: the test ticks (`_keep_alive` is the tick's first step)
+        host.register("t", 0, lambda: None, ((1, 0), (2, 0), (3, 0)))
+        host.register("t", 1, lambda: None, ((1, 0), (2, 0), (3, 0)))
+        host._keep_alive()
+        assert router.keepalives() == [(2, 0), (3, 0)]  # one each, for two groups
+
+        # A turn in which a group sent to node 2: at the next tick only node 3 gets one.
+        host.send("t", 0, [Message(MsgType.MsgHeartbeat, (2, 0), (1, 0), 1)])
+        await asyncio.sleep(0)  # the turn's sends leave
+        host._keep_alive()
+        assert router.keepalives() == [(3, 0)]
+
+        # Node 2 keeps talking, node 3 is silent: after an election timeout it is lost.
+        await asyncio.sleep(TICK_S * ELECTION_TICKS / 2)
+        host.heard_from((2, 0))
+        host._keep_alive()
+        assert (2, 0) not in host.lost
+        await asyncio.sleep(TICK_S * ELECTION_TICKS * 0.75)
+        host.heard_from((2, 0))
+        host._keep_alive()
+        assert host.lost == {(3, 0)}
+        host.heard_from((3, 0))
+        host._keep_alive()
+        assert host.lost == frozenset()
+
+        # Peers count per group: node 3 stays one until its last group goes.
+        host.unregister("t", 0)
+        router.calls.clear()
+        host._keep_alive()
+        assert router.keepalives() == [(2, 0), (3, 0)]
+        host.unregister("t", 1)
+        host._keep_alive()
+        assert router.keepalives() == [] and host.lost == frozenset()
+
+    asyncio.run(main())
