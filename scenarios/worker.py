@@ -365,9 +365,19 @@ class ConfluentConsumers:
         return bool(self.members[index][2].assignment())
 
     def positions(self, index: int) -> dict[tuple[str, int], int]:
+        """Where each assigned partition's next read starts. librdkafka's position is the
+        last record consumed + 1, unset for a partition that has given this member nothing
+        since it was assigned (another member read it to its end before a rebalance): there
+        the group's committed offset is where it stands."""
         _, _, consumer = self.members[index]
-        return {(p.topic, p.partition): p.offset
-                for p in consumer.position(consumer.assignment()) if p.offset >= 0}
+        at = consumer.position(consumer.assignment())
+        unset = [p for p in at if p.offset < 0]
+        if unset:
+            try:
+                at = [p for p in at if p.offset >= 0] + consumer.committed(unset, timeout=5.0)
+            except Exception:  # noqa: BLE001 - a KafkaException: asked again next turn
+                pass
+        return {(p.topic, p.partition): p.offset for p in at if p.offset >= 0}
 
     def close(self) -> None:
         for _, _, consumer in self.members:
@@ -400,6 +410,8 @@ class KafkaPythonConsumers(ConfluentConsumers):
                 **config["consumer_config"])
             consumer.subscribe(topics, listener=Listener(index))
             self.members.append((name, group, consumer))
+        self.topics = {group: topics for _, group, topics in config["consumers"]}
+        self.unassigned_since: dict[int, float] = {}
 
     def poll(self, index: int, timeout_s: float) -> None:
         consumer = self.members[index][2]
@@ -407,6 +419,34 @@ class KafkaPythonConsumers(ConfluentConsumers):
         batches = consumer.poll(timeout_ms=int(timeout_s * 1000),
                                 max_records=limits.poll_records_max)
         self._record_batches(index, invoke, batches)
+        self._unstick(index)
+
+    def _unstick(self, index: int) -> None:
+        """kafka-python 3.0.12 can come out of a rebalance joined, its generation set and no
+        rejoin pending, but holding no partition, and stay so: seen in scenario runs, where
+        its SyncGroup answer (an assignment of every partition) arrived and was never
+        applied, and once in CI. Where every member must hold one (a subscribed topic has
+        at least as many partitions as the group has members, all in this process), a
+        member that held none for `limits.kafka_python_unassigned_s` asks to rejoin, and
+        says so on stderr (the worker's log)."""
+        _, group, consumer = self.members[index]
+        if consumer.assignment():
+            self.unassigned_since.pop(index, None)
+            return
+        now = time.monotonic()
+        since = self.unassigned_since.setdefault(index, now)
+        if now - since < limits.kafka_python_unassigned_s:
+            return
+        self.unassigned_since[index] = now
+        members = sum(1 for _, g, _ in self.members if g == group)
+        partitions = max(len(consumer.partitions_for_topic(t) or ()) for t in self.topics[group])
+        coordinator = getattr(consumer, "_coordinator", None)
+        if partitions >= members and coordinator is not None and not coordinator.need_rejoin():
+            print(f"kafka-python consumer {index} of group {group}: no partition for "
+                  f"{limits.kafka_python_unassigned_s:g} s though the group has {members} "
+                  f"members and {partitions} partitions: asking to rejoin", file=sys.stderr,
+                  flush=True)
+            coordinator.request_rejoin()
 
     def positions(self, index: int) -> dict[tuple[str, int], int]:
         _, _, consumer = self.members[index]

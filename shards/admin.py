@@ -631,6 +631,8 @@ class _Handler(BaseHTTPRequestHandler):
         path = self.path.split("?", 1)[0].rstrip("/") or "/"
         try:
             serve(path)
+        except ConnectionError as e:  # the client left before its answer (a probe timed out)
+            log.debug("admin: %s %s: the client went away (%s)", self.command, path, e)
         except Exception:  # our bug: answer 500, keep serving
             log.exception("admin: %s %s failed", self.command, path)
             self._send(500, b"internal error\n")

@@ -15,6 +15,8 @@ import json
 import math
 import os
 import signal
+import socket
+import struct
 import subprocess
 import sys
 import time
@@ -521,6 +523,19 @@ def test_status_endpoints_on_a_running_node(workload: Workload) -> None:
     assert about["data_dir"] == str(node.data_dir.resolve())
     assert 0 < about["uptime_s"] < 600
     assert node.admin_get("/v1/no/such/thing")[0] == 404
+
+
+def test_a_client_that_leaves_before_its_answer_is_no_error(workload: Workload) -> None:
+    # A readiness probe that timed out, a scraper killed mid-scrape: the connection is reset
+    # before the answer is written. The node logs no traceback and serves on.
+    node = workload.node
+    for _ in range(30):
+        with socket.create_connection(("127.0.0.1", node.admin_port), timeout=5) as s:
+            s.sendall(b"GET /metrics HTTP/1.1\r\nHost: krill\r\n\r\n")
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    assert get_json(node, "/v1/status/ready") == (200, {"status": "ready"})
+    log = node.log()
+    assert "Traceback" not in log, log[log.find("Traceback") - 500:log.find("Traceback") + 1500]
 
 
 @pytest.fixture
