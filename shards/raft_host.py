@@ -15,7 +15,10 @@ controller group (actors/cluster_controller.py), is a Raft group driven from her
   `<data_dir>/_krill/shard-N/`, one atomic write per loop turn for every group that changed.
 - Sends: a group's messages go to each replica's shard, `(node, shard)`, through the Router
   (shards/calls/raft.py): this node's shards over the pipes, other nodes' over node RPC, and
-  a loop turn's messages to one shard leave as one message.
+  a loop turn's messages to one shard leave as one message. A heartbeat to a peer that had
+  an append of the group within the last tick is dropped: the append reset the follower's
+  election clock and carried the commit, and its answer marks the follower active (a
+  heartbeat marked quiesce always goes).
 - Leaders: a replica's leadership changes go into this shard's `LeaderTable` (Metadata,
   coordinators) and, from the leader, to every shard of every node (shards/calls/leaders.py),
   again every `leader_refresh_interval_s` for the partitions it leads, so a node that starts or
@@ -33,7 +36,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from actors.cluster.leaders import LeaderTable, LeaderUpdate
 from actors.hard_state import HardStateStore
-from actors.raft import Message
+from actors.raft import Message, MsgType
 from shards import limits
 from shards.calls import leaders as leaders_call
 from shards.calls import raft as raft_call
@@ -68,6 +71,9 @@ class RaftHost:
         self.leaders = LeaderTable()
         self._ticks: dict[tuple[str, int], Callable[[], None]] = {}
         self._group_peers: dict[tuple[str, int], tuple[Address, ...]] = {}
+        # When each group last sent an append to each peer (loop time): its heartbeats to
+        # that peer within a tick are dropped (module docstring).
+        self._appended: dict[tuple[str, int], dict[Any, float]] = {}
         # Liveness (module docstring): the peers of this shard's groups, how many groups each
         # is a peer in, and when each was last heard from (loop time).
         self._peers: collections.Counter[Address] = collections.Counter()
@@ -123,6 +129,7 @@ class RaftHost:
         key = (topic, index)
         self._ticks.pop(key, None)
         self._led.pop(key, None)
+        self._appended.pop(key, None)
         self._forget_peers(key)
 
     def _forget_peers(self, key: tuple[str, int]) -> None:
@@ -162,7 +169,15 @@ class RaftHost:
         outbox = self._outbox
         if not outbox:
             self.loop.call_soon(self._flush)
+        appended = self._appended.get((topic, index))
         for m in messages:
+            if m.type is MsgType.MsgApp:
+                if appended is None:
+                    appended = self._appended[(topic, index)] = {}
+                appended[m.to] = self.loop.time()
+            elif (m.type is MsgType.MsgHeartbeat and not m.quiesce and appended is not None
+                  and self.loop.time() - appended.get(m.to, -1e9) < self.tick_s):
+                continue
             node, shard = cast(Address, m.to)
             groups = outbox.setdefault(mesh.address(node, shard), {})
             groups.setdefault((topic, index), []).append(m)

@@ -87,3 +87,37 @@ def test_keepalives_go_to_each_peer_shard_not_sent_to_and_lost_names_the_silent(
         assert router.keepalives() == [] and host.lost == frozenset()
 
     asyncio.run(main())
+
+
+def test_a_heartbeat_after_an_append_within_a_tick_is_dropped_but_never_a_quiesce(
+        tmp_path: Path) -> None:
+    async def main() -> None:
+        def run_io(fn: Any, done: Any) -> None:
+            done(fn(), None)
+
+        host = RaftHost(1, 0, asyncio.get_running_loop(), str(tmp_path), run_io,
+                        ELECTION_TICKS, 1, TICK_S)
+        router = _Router()
+        host.bind(router, _Mesh(), lambda _node: 1, lambda _topic: b"\0" * 16)  # type: ignore[arg-type]
+        host.close()
+        host.register("t", 0, lambda: None, ((1, 0), (2, 0), (3, 0)))
+
+        def sent() -> list[tuple[Any, int]]:
+            calls, router.calls = router.calls, []
+            return sorted((to, m[0]) for to, _, groups in calls for g in groups for m in g[2:])
+
+        def heartbeat(to: int, quiesce: bool = False) -> Message:
+            return Message(MsgType.MsgHeartbeat, (to, 0), (1, 0), 1, quiesce=quiesce)
+
+        host.send("t", 0, [Message(MsgType.MsgApp, (2, 0), (1, 0), 1)])
+        host.send("t", 0, [heartbeat(2), heartbeat(3), heartbeat(2, quiesce=True)])
+        await asyncio.sleep(0)
+        app, hb = int(MsgType.MsgApp), int(MsgType.MsgHeartbeat)
+        # Node 2 had an append: its plain heartbeat is dropped, the quiesce one is not.
+        assert sent() == [((2, 0), app), ((2, 0), hb), ((3, 0), hb)]
+        await asyncio.sleep(TICK_S * 1.5)
+        host.send("t", 0, [heartbeat(2)])
+        await asyncio.sleep(0)
+        assert sent() == [((2, 0), hb)]  # a tick later it goes
+
+    asyncio.run(main())
