@@ -1,9 +1,17 @@
 """Fetched record batches -> Arrow record batches with the schema of Spark's Kafka source.
 
 Runs in the Spark executor's Python worker. A fetch reply holds whole RecordBatch v2 batches
-as the segment file has them; `RowBuilder.add` decodes them with `wire.records` (every codec)
-and gathers columns, `RowBuilder.build` makes one `pyarrow.RecordBatch` from them. Arrow, not
-Python tuples: Spark takes Arrow batches as they are, tuples cost ~3× more (DESIGN.md §11).
+as the segment file has them. `RowBuilder.add` checks each batch (size, CRC-32C, record
+count), decompresses its record area (every codec) and decodes the areas of the whole fetch
+together with `wire.spark.record_columns`: numpy and Arrow passes, a field at a time for all
+records, no Python per record. `RowBuilder.build` makes one `pyarrow.RecordBatch` of what it
+gathered. Arrow, not Python tuples: Spark takes Arrow batches as they are, tuples cost ~3x
+more (DESIGN.md §11).
+
+The per-record decoder (`wire.records`, and a copy of its loop that skips headers and Record
+objects) is kept: batches the vectorised pass does not read (see record_columns.py) go
+through it, and so does everything when `KRILL_SPARK_DECODER=records` is in the worker's
+environment (a way out, and the bench's "before").
 
 What a consumer would not see is dropped here: control batches (transaction markers), records
 before the range's start offset (a fetch returns the whole batch holding it) and at or after
@@ -19,9 +27,11 @@ Schema (Spark's Kafka source; `headers` only with includeHeaders=true):
 from __future__ import annotations
 
 import collections
+import os
 import struct
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import crc32c
 import pyarrow as pa
@@ -33,17 +43,19 @@ from wire.record_batch import CRC_START, HEADER_BYTES, BatchHeader, batch_length
 
 # The varint readers of wire.records' hot loop (one-byte case inline), shared on purpose.
 from wire.records import _read_varint, _read_varlong, decode_batch
+from wire.spark import record_columns
 
 __all__ = [
     "SCHEMA",
     "SCHEMA_WITH_HEADERS",
+    "DECODER_ENV",
     "AbortedTransaction",
     "TransactionFilter",
     "RowBuilder",
     "schema_for",
 ]
 
-_HEADER_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+_HEADER_TYPE = record_columns.HEADER_TYPE
 SCHEMA = pa.schema([
     ("key", pa.binary()),
     ("value", pa.binary()),
@@ -55,6 +67,8 @@ SCHEMA = pa.schema([
 ])
 SCHEMA_WITH_HEADERS = SCHEMA.append(pa.field("headers", _HEADER_TYPE))
 
+# "records": the per-record decoder for every batch (RowBuilder's `vectorised`).
+DECODER_ENV = "KRILL_SPARK_DECODER"
 _CREATE_TIME = 0
 _LOG_APPEND_TIME = 1
 # A control record's key: version int16, type int16 (0 abort, 1 commit).
@@ -100,7 +114,11 @@ class TransactionFilter:
 
 
 class RowBuilder:
-    """Columns gathered from fetched batches of one topic partition, for one offset range."""
+    """Columns gathered from fetched batches of one topic partition, for one offset range.
+
+    `vectorised`: decode with record_columns (True) or record by record (False); None: as
+    `KRILL_SPARK_DECODER` says (`records` for the latter), else vectorised.
+    """
 
     def __init__(
         self,
@@ -110,6 +128,7 @@ class RowBuilder:
         end_offset: int,
         include_headers: bool = False,
         transactions: TransactionFilter | None = None,
+        vectorised: bool | None = None,
     ) -> None:
         assert 0 <= start_offset <= end_offset, (start_offset, end_offset)
         self.topic = topic
@@ -117,11 +136,19 @@ class RowBuilder:
         self.start_offset = start_offset
         self.end_offset = end_offset
         self.include_headers = include_headers
+        if vectorised is None:
+            vectorised = os.environ.get(DECODER_ENV, "vector") != "records"
+        self.vectorised = vectorised
         self._transactions = transactions or TransactionFilter()
         self.next_offset = start_offset  # where the next fetch starts
-        self._clear()
+        self._pending: list[_Pending] = []  # batches for one vectorised pass
+        self._pending_bytes = 0
+        self._chunks: list[_Chunk] = []
+        self._chunk_rows = 0
+        self._clear_lists()
 
-    def _clear(self) -> None:
+    def _clear_lists(self) -> None:
+        """The per-record decoder's columns, turned into a chunk before the next one."""
         self._keys: list[bytes | None] = []
         self._values: list[bytes | None] = []
         self._offsets: list[int] = []
@@ -131,7 +158,7 @@ class RowBuilder:
 
     @property
     def rows(self) -> int:
-        return len(self._offsets)
+        return self._chunk_rows + len(self._offsets)
 
     @property
     def done(self) -> bool:
@@ -150,18 +177,22 @@ class RowBuilder:
         partial batch is left (the next fetch starts at `next_offset`)."""
         view = memoryview(records)
         position, end, taken = 0, len(view), 0
-        while not self.done:
-            size = batch_length_at(view, position)
-            if size is None or position + size > end:
-                break
-            header = read_header(view, position)
-            if header.next_offset <= self.next_offset:
-                raise DecodeError(
-                    f"batch at offset {header.base_offset} does not pass {self.next_offset}")
-            self._add_batch(header, view[position : position + size])
-            self.next_offset = header.next_offset
-            position += size
-            taken += 1
+        try:
+            while not self.done:
+                size = batch_length_at(view, position)
+                if size is None or position + size > end:
+                    break
+                header = read_header(view, position)
+                if header.next_offset <= self.next_offset:
+                    raise DecodeError(
+                        f"batch at offset {header.base_offset} does not pass {self.next_offset}")
+                self._add_batch(header, view[position : position + size])
+                self.next_offset = header.next_offset
+                position += size
+                taken += 1
+        finally:
+            # Also when a batch fails: those before it are taken, as one by one they were.
+            self._decode_pending()
         return taken
 
     def _add_batch(self, header: BatchHeader, batch: memoryview) -> None:
@@ -174,7 +205,64 @@ class RowBuilder:
             return
         if self._transactions.skip(header) or header.last_offset < self.start_offset:
             return
-        kind = _LOG_APPEND_TIME if header.log_append_time else _CREATE_TIME
+        if not self.vectorised:
+            self._add_records(header, batch)
+            return
+        area = _record_area(header, batch)
+        if self._pending_bytes + len(area) > record_columns.area_bytes_max:
+            self._decode_pending()
+        whole = header.base_offset >= self.start_offset and header.last_offset < self.end_offset
+        self._pending.append(_Pending(header, batch, self.next_offset, record_columns.Area(
+            area, header.record_count, header.base_offset, header.base_timestamp,
+            header.max_timestamp if header.log_append_time else None, _timestamp_type(header),
+            None if whole else (self.start_offset, self.end_offset))))
+        self._pending_bytes += len(area)
+
+    def _decode_pending(self) -> None:
+        """The pending batches in one vectorised pass; if that fails, each on its own, and
+        those that fail alone record by record."""
+        batches, self._pending, self._pending_bytes = self._pending, [], 0
+        if not batches:
+            return
+        include = self.include_headers
+        columns = record_columns.decode([b.area for b in batches], include)
+        if columns is not None:
+            self._add_chunk(_Chunk.of(columns))
+            return
+        for one in batches:
+            columns = record_columns.decode([one.area], include) if len(batches) > 1 else None
+            if columns is not None:
+                self._add_chunk(_Chunk.of(columns))
+                continue
+            try:
+                self._add_records(one.header, one.batch)
+            except DecodeError:
+                self.next_offset = one.resume_offset  # as if it had failed as it came
+                raise
+
+    def _add_chunk(self, chunk: _Chunk) -> None:
+        self._lists_to_chunk()
+        self._chunks.append(chunk)
+        self._chunk_rows += len(chunk.offsets)
+
+    def _lists_to_chunk(self) -> None:
+        if not self._offsets:
+            return
+        chunk = _Chunk(
+            pa.array(self._keys, pa.binary()),
+            pa.array(self._values, pa.binary()),
+            pa.array(self._offsets, pa.int64()),
+            pa.array(self._timestamps, pa.int64()),
+            pa.array(self._types, pa.int32()),
+            pa.array(self._headers, _HEADER_TYPE) if self.include_headers else None,
+        )
+        self._clear_lists()
+        self._chunks.append(chunk)
+        self._chunk_rows += len(chunk.offsets)
+
+    def _add_records(self, header: BatchHeader, batch: memoryview) -> None:
+        """The per-record decoder."""
+        kind = _timestamp_type(header)
         if (header.base_offset >= self.start_offset and header.last_offset < self.end_offset
                 and not self.include_headers):
             # The hot path: the whole batch, straight into the columns, no Record objects.
@@ -198,21 +286,74 @@ class RowBuilder:
 
     def build(self) -> pa.RecordBatch:
         """One Arrow batch of every row gathered since the last build; starts afresh."""
-        count = len(self._offsets)
-        millis = pa.array(self._timestamps, pa.int64())
+        self._lists_to_chunk()
+        chunks, self._chunks, self._chunk_rows = self._chunks, [], 0
+        count = sum(len(chunk.offsets) for chunk in chunks)
+        millis = _concat([c.millis for c in chunks], pa.int64())
         columns = [
-            pa.array(self._keys, pa.binary()),
-            pa.array(self._values, pa.binary()),
-            pa.array([self.topic] * count, pa.string()),
-            pa.array([self.partition] * count, pa.int32()),
-            pa.array(self._offsets, pa.int64()),
+            _concat([c.keys for c in chunks], pa.binary()),
+            _concat([c.values for c in chunks], pa.binary()),
+            pa.repeat(pa.scalar(self.topic, pa.string()), count),
+            pa.repeat(pa.scalar(self.partition, pa.int32()), count),
+            _concat([c.offsets for c in chunks], pa.int64()),
             pc.multiply(millis, 1000).cast(pa.timestamp("us", tz="UTC")),
-            pa.array(self._types, pa.int32()),
+            _concat([c.types for c in chunks], pa.int32()),
         ]
         if self.include_headers:
-            columns.append(pa.array(self._headers, _HEADER_TYPE))
-        self._clear()
+            columns.append(_concat([c.headers for c in chunks], _HEADER_TYPE))
         return pa.RecordBatch.from_arrays(columns, schema=schema_for(self.include_headers))
+
+
+@dataclass(frozen=True, slots=True)
+class _Pending:
+    """A batch waiting for the vectorised pass, kept whole for the per-record decoder."""
+
+    header: BatchHeader
+    batch: memoryview
+    resume_offset: int  # next_offset before it
+    area: record_columns.Area
+
+
+@dataclass(frozen=True, slots=True)
+class _Chunk:
+    """Rows of some batches, as Arrow arrays; timestamps in ms."""
+
+    keys: pa.Array
+    values: pa.Array
+    offsets: pa.Array
+    millis: pa.Array
+    types: pa.Array
+    headers: pa.Array | None
+
+    @classmethod
+    def of(cls, columns: record_columns.Columns) -> _Chunk:
+        return cls(columns.keys, columns.values, pa.array(columns.offsets),
+                   pa.array(columns.timestamps), pa.array(columns.timestamp_types),
+                   columns.headers)
+
+
+def _concat(arrays: list[Any], type_: pa.DataType) -> pa.Array:
+    if not arrays:
+        return pa.array([], type_)
+    return arrays[0] if len(arrays) == 1 else pa.concat_arrays(arrays)
+
+
+def _timestamp_type(header: BatchHeader) -> int:
+    return _LOG_APPEND_TIME if header.log_append_time else _CREATE_TIME
+
+
+def _record_area(header: BatchHeader, batch: memoryview) -> bytes | memoryview:
+    """The batch's record area, checked and decompressed (DecodeError as wire.records)."""
+    if header.size > limits.batch_bytes_max:
+        raise DecodeError(f"record batch of {header.size} bytes over {limits.batch_bytes_max}")
+    if crc32c.crc32c(batch[CRC_START:]) != header.crc:
+        raise DecodeError(f"record batch at offset {header.base_offset} fails its CRC-32C")
+    count = header.record_count
+    if count > limits.batch_records_max:
+        raise DecodeError(f"record batch of {count} records over {limits.batch_records_max}")
+    area = batch[HEADER_BYTES:]
+    codec = header.codec
+    return compression.decompress(codec, area, limits.decompressed_bytes_max) if codec else area
 
 
 def _decode_columns(
@@ -225,17 +366,8 @@ def _decode_columns(
 ) -> None:
     """Append the batch's records to the columns: wire.records' loop (same checks, same
     errors) minus the Record objects, which cost a third of the time. Headers are skipped."""
-    if header.size > limits.batch_bytes_max:
-        raise DecodeError(f"record batch of {header.size} bytes over {limits.batch_bytes_max}")
-    if crc32c.crc32c(batch[CRC_START:]) != header.crc:
-        raise DecodeError(f"record batch at offset {header.base_offset} fails its CRC-32C")
+    area = bytes(_record_area(header, batch))
     count = header.record_count
-    if count > limits.batch_records_max:
-        raise DecodeError(f"record batch of {count} records over {limits.batch_records_max}")
-    area_view = batch[HEADER_BYTES:]
-    codec = header.codec
-    area = (compression.decompress(codec, area_view, limits.decompressed_bytes_max) if codec
-            else area_view.tobytes())
     base_offset, base_timestamp = header.base_offset, header.base_timestamp
     stamped = header.max_timestamp if header.log_append_time else None
     varint, varlong = _read_varint, _read_varlong
