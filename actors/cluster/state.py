@@ -307,6 +307,9 @@ class ClusterState:
             configs = validate(c.configs)
         except ConfigError as e:
             return Applied(ErrorCode.INVALID_CONFIG, str(e))
+        refused = _caching_refused(configs, len(c.replicas[0]))
+        if refused is not None:
+            return refused
         topic = PlacedTopic(
             name, c.topic_id, partitions, configs, name in INTERNAL_TOPICS, tuple(c.replicas))
         return Applied(ErrorCode.NONE, topic=topic)
@@ -355,6 +358,9 @@ class ClusterState:
             return Applied(ErrorCode.INVALID_REQUEST, str(e))
         except ConfigError as e:
             return Applied(ErrorCode.INVALID_CONFIG, str(e))
+        refused = _caching_refused(configs, topic.replication_factor)
+        if refused is not None:
+            return refused
         return Applied(ErrorCode.NONE, topic=replace(topic, configs=configs))
 
     def _check_replicas(self, partitions: tuple[Replicas, ...], factor: int | None
@@ -422,3 +428,14 @@ def _is_host_port(address: str) -> bool:
     """'host:port' or '[v6 host]:port', as a node advertises its reader."""
     host, sep, port = address.rpartition(":")
     return bool(sep and host) and port.isdigit() and 0 < int(port) <= _PORT_MAX
+
+
+def _caching_refused(configs: Mapping[str, str], factor: int) -> Applied | None:
+    """write.caching=true on a replicated topic: refused, not built. Redpanda's meaning is
+    acks=all answered once a majority has the batch in memory; Raft here counts only what
+    each follower has fdatasync'd, and that would leave the setting ignored."""
+    if factor > 1 and configs.get("write.caching", "false").lower() == "true":
+        return Applied(ErrorCode.INVALID_CONFIG,
+                       "write.caching: not built for replicated topics (replication factor "
+                       f"{factor}): acks=all waits for a quorum's fdatasync")
+    return None

@@ -323,6 +323,19 @@ def test_alter_configs_refuses(
     assert log.state.view().table.topics[OFFSETS_TOPIC].configs == {"cleanup.policy": "compact"}
 
 
+def test_write_caching_is_refused_on_a_replicated_topic_not_built(log: Log) -> None:
+    # Redpanda's meaning (acks=all once a majority holds the batch in memory) is not built:
+    # followers acknowledge what they fdatasync'd. Refused, not taken and ignored.
+    caching = {"write.caching": "true"}
+    refused = log.apply(create("r", 1, R12, configs=caching))
+    assert refused.error == E.INVALID_CONFIG and "write.caching" in refused.message
+    log.ok(create("one", 2, ((1, 0),), configs=caching))  # one replica: the local meaning
+    log.ok(create("r", 3, R12, configs={"write.caching": "false"}))
+    turn_on = AlterTopicConfigs("r", (Operation("write.caching", OP_SET, "true"),), False)
+    assert log.apply(turn_on).error == E.INVALID_CONFIG
+    assert log.state.view().table.topics["r"].configs == {"write.caching": "false"}
+
+
 # Versions and views ------------------------------------------------------------------------
 
 
