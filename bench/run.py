@@ -63,13 +63,15 @@ SCENARIO_CASES = ["runner_overhead", "scenario_library", "sim_seeds"]
 # bench/raft.py: the pure Raft machine over seeded random clusters (actors/raft/).
 RAFT_CASES = ["raft_seeds", "node_rpc"]  # bench/raft.py, bench/node_rpc.py
 # bench/cluster.py: 3 nodes x RF=3 beside 1 node, failover, catch-up, idle heartbeats.
+SPARK_CASES = ["spark_reader_plain", "spark_reader_realistic"]  # bench/spark_reader.py
+
 CLUSTER_CASES = [
     "cluster_vs_single", "cluster_failover", "cluster_catch_up", "cluster_idle_heartbeats",
 ]
 ALL_CASES = [
     "ceilings", *PRODUCE_CASES, "rss_100_partitions", *SHARD_CASES, *GROUP_CASES,
     *RUNNING_CASES, *LIFECYCLE_CASES, *SATURATION_CASES, *SCENARIO_CASES, *RAFT_CASES,
-    *CLUSTER_CASES,
+    *CLUSTER_CASES, *SPARK_CASES,
 ]
 
 
@@ -1132,6 +1134,10 @@ def main(argv: list[str] | None = None) -> int:
             from bench import cluster
 
             emit(cluster.CLUSTER_CASES[case](args))
+        elif case in SPARK_CASES:
+            from bench import spark_reader
+
+            emit(spark_reader.from_bench_run(case, args.quick))
     log(f"done in {time.monotonic() - t0:.1f}s" + (f"; results in {out_path}" if out_path else ""))
     return 1 if failed else 0
 

@@ -336,6 +336,30 @@ def _log_figures(what: str, figures: dict[str, dict[str, Any]]) -> None:
 CASES = {"plain": case_plain, "realistic": case_realistic}
 
 
+def run_cases(names: list[str], args: argparse.Namespace) -> list[dict[str, Any]]:
+    """The cases `names` against one fresh node and one Spark session, their figures."""
+    results = []
+    with tempfile.TemporaryDirectory() as tmp:
+        broker = BrokerProcess(Path(tmp) / "data").start()
+        args.smp = broker.smp
+        reads = SparkReads(broker.reader_address)
+        try:
+            for name in names:
+                results.append(CASES[name](broker, reads, args))
+        finally:
+            reads.stop()
+            broker.stop()
+    return results
+
+
+def from_bench_run(case: str, quick: bool) -> dict[str, Any]:
+    """`python -m bench.run --case spark_reader_plain|spark_reader_realistic`: the defaults
+    below, a fifth of the records and two rounds with `--quick`."""
+    args = argparse.Namespace(records=200_000 if quick else 1_000_000, value_bytes=100,
+                              rounds=2 if quick else 5, compare=True, smp=None, quick=quick)
+    return run_cases([case.removeprefix("spark_reader_")], args)[0]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--case", action="append", choices=sorted(CASES),
@@ -347,16 +371,8 @@ def main() -> None:
                         help="leave out the per-record decoder")
     args = parser.parse_args()
     args.smp, args.quick = None, False  # bench.run's line header
-    with tempfile.TemporaryDirectory() as tmp:
-        broker = BrokerProcess(Path(tmp) / "data").start()
-        args.smp = broker.smp
-        reads = SparkReads(broker.reader_address)
-        try:
-            for name in args.case or list(CASES):
-                print(json.dumps(CASES[name](broker, reads, args)), flush=True)
-        finally:
-            reads.stop()
-            broker.stop()
+    for figures in run_cases(args.case or list(CASES), args):
+        print(json.dumps(figures), flush=True)
 
 
 if __name__ == "__main__":
