@@ -1,4 +1,5 @@
-"""The PySpark data source `krill`: batch and streaming reads of Krill topics.
+"""The PySpark data source `krill`: batch and streaming reads of Krill topics (and writes,
+through wire/spark/sink.py).
 
     from wire.spark import register
     register(spark)                       # once per session
@@ -29,6 +30,8 @@ from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
     DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
     InputPartition,
 )
 from pyspark.sql.streaming.datasource import (
@@ -45,6 +48,7 @@ from wire.spark.client import FetchResult, Metadata, ReaderClient, ReaderTimeout
 from wire.spark.offsets import DataLossError, OffsetRange, SourceOptions, TopicPartition
 from wire.spark.protocol import ReaderError
 from wire.spark.replicas import RETRIABLE, Failover, choose
+from wire.spark.sink import KrillBatchWriter, KrillStreamWriter, check_schema, parse_sink_options
 
 __all__ = ["KrillDataSource", "KrillPartition", "register", "read_range"]
 
@@ -75,6 +79,16 @@ class KrillDataSource(DataSource):
 
     def streamReader(self, schema: Any) -> DataSourceStreamReader:
         return KrillStreamReader(plan.parse_options(dict(self.options), streaming=True))
+
+    def writer(self, schema: Any, overwrite: bool) -> DataSourceWriter:
+        options = parse_sink_options(dict(self.options))
+        check_schema(schema, options.topic)
+        return KrillBatchWriter(options)
+
+    def streamWriter(self, schema: Any, overwrite: bool) -> DataSourceStreamWriter:
+        options = parse_sink_options(dict(self.options))
+        check_schema(schema, options.topic)
+        return KrillStreamWriter(options)
 
 
 class KrillPartition(InputPartition):
