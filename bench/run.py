@@ -64,6 +64,7 @@ SCENARIO_CASES = ["runner_overhead", "scenario_library", "sim_seeds"]
 RAFT_CASES = ["raft_seeds", "node_rpc"]  # bench/raft.py, bench/node_rpc.py
 # bench/cluster.py: 3 nodes x RF=3 beside 1 node, failover, catch-up, idle heartbeats.
 SPARK_CASES = ["spark_reader_plain", "spark_reader_realistic"]  # bench/spark_reader.py
+SPARK_WRITER_CASES = ["spark_writer"]  # bench/spark_writer.py
 
 CLUSTER_CASES = [
     "cluster_vs_single", "cluster_failover", "cluster_catch_up", "cluster_idle_heartbeats",
@@ -71,7 +72,7 @@ CLUSTER_CASES = [
 ALL_CASES = [
     "ceilings", *PRODUCE_CASES, "rss_100_partitions", *SHARD_CASES, *GROUP_CASES,
     *RUNNING_CASES, *LIFECYCLE_CASES, *SATURATION_CASES, *SCENARIO_CASES, *RAFT_CASES,
-    *CLUSTER_CASES, *SPARK_CASES,
+    *CLUSTER_CASES, *SPARK_CASES, *SPARK_WRITER_CASES,
 ]
 
 
@@ -1138,6 +1139,10 @@ def main(argv: list[str] | None = None) -> int:
             from bench import spark_reader
 
             emit(spark_reader.from_bench_run(case, args.quick))
+        elif case in SPARK_WRITER_CASES:
+            from bench import spark_writer
+
+            emit(spark_writer.from_bench_run(case, args.quick))
     log(f"done in {time.monotonic() - t0:.1f}s" + (f"; results in {out_path}" if out_path else ""))
     return 1 if failed else 0
 

@@ -205,3 +205,15 @@ def test_unsafe_or_unknown_options_are_refused(
                                "kafka.linger.ms": "7"}).producer == {
         "bootstrap.servers": "h:1", "acks": "all", "linger.ms": "7",
         "enable.idempotence": "true"}
+
+
+def test_full_producer_queue_waits_for_room(reader_broker: BrokerProcess, kafka: Kafka,
+                                            topic_name: str) -> None:
+    kafka.create(topic_name)
+    options = parse_sink_options({"krill.bootstrap": reader_broker.bootstrap, "topic": topic_name,
+                                  "kafka.queue.buffering.max.messages": "5"})
+    batch = pa.record_batch({"value": pa.array([str(i).encode() for i in range(300)])})
+    report = write_batches(options, iter([batch]))
+    assert report.partitions == (PartitionWrite(topic_name, 0, 300, 0, 299),)
+    got = [v for _, v, _ in consume(reader_broker, topic_name, 0, 300)]
+    assert got == batch.column(0).to_pylist()

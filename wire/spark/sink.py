@@ -244,8 +244,7 @@ def _produce_batch(
             try:
                 produce(topic, value, key, on_delivery=on_delivery)
             except BufferError:
-                _wait_for_room(producer)
-                produce(topic, value, key, on_delivery=on_delivery)
+                _produce_when_room(producer, topic, value, key, on_delivery=on_delivery)
         return
     for i, value in enumerate(values):
         row_topic = topic if topics is None else topics[i]
@@ -257,8 +256,8 @@ def _produce_batch(
         try:
             produce(*arguments, on_delivery=on_delivery, headers=row_headers)
         except BufferError:
-            _wait_for_room(producer)
-            produce(*arguments, on_delivery=on_delivery, headers=row_headers)
+            _produce_when_room(producer, *arguments, on_delivery=on_delivery,
+                               headers=row_headers)
 
 
 def _headers(entries: Sequence[dict[str, Any]] | None) -> list[tuple[str, Any]] | None:
@@ -267,9 +266,15 @@ def _headers(entries: Sequence[dict[str, Any]] | None) -> list[tuple[str, Any]] 
     return [(entry["key"], entry["value"]) for entry in entries]
 
 
-def _wait_for_room(producer: Any) -> None:
-    """The producer's queue is full: serve deliveries until it has room."""
-    producer.poll(_queue_full_poll_s)
+def _produce_when_room(producer: Any, *arguments: Any, **fields: Any) -> None:
+    """The producer's queue is full: serve deliveries until the record finds room."""
+    while True:
+        producer.poll(_queue_full_poll_s)
+        try:
+            producer.produce(*arguments, **fields)
+            return
+        except BufferError:
+            continue
 
 
 def _log_reports(what: str, messages: Sequence[WriterCommitMessage | None]) -> WriteReport:
