@@ -1,8 +1,11 @@
 """The `krill` data source's sink: batch and streaming writes through Kafka's produce path.
 
     df.selectExpr("CAST(user AS BINARY) AS key", "to_json(struct(*)) AS value")
-      .write.format("krill").option("krill.bootstrap", "127.0.0.1:9092")
+      .write.format("krill").mode("append").option("krill.bootstrap", "127.0.0.1:9092")
       .option("topic", "enriched").save()
+
+(Spark 4.3 refuses a Python data source's write in its default save mode, ErrorIfExists:
+`mode("append")` is what a Kafka topic means.)
 
 The input follows Spark's Kafka sink: a `value` column (string or binary, nulls allowed),
 optional `key` (string or binary), `topic` (string; required without the `topic` option,
@@ -54,8 +57,6 @@ _PRODUCER_FIXED = {"enable.idempotence": "true", "acks": "all"}
 _ACKS_ALL = ("all", "-1")
 # The `krill.*` options the sink reads (lower case); any other is refused.
 _KRILL_OPTIONS = ("krill.bootstrap",)
-# The reader's options, accepted and ignored when a query shares one option map.
-_READER_OPTIONS = ("krill.readfrom", "krill.timeoutms", "krill.connecttimeoutms")
 # How long a task waits in flush() for its last deliveries: past librdkafka's default
 # delivery timeout (message.timeout.ms, 300 s), so every message is delivered or failed.
 _flush_timeout_s = 330.0
@@ -94,7 +95,7 @@ def parse_sink_options(options: dict[str, str]) -> SinkOptions:
         elif lowered.startswith("kafka."):
             producer[lowered.removeprefix("kafka.")] = str(value)
         elif lowered.startswith("krill."):
-            if lowered not in _KRILL_OPTIONS + _READER_OPTIONS:
+            if lowered not in _KRILL_OPTIONS:
                 raise ValueError(f"unknown option {name!r} for the krill sink "
                                  f"(it reads {', '.join(_KRILL_OPTIONS)})")
             if lowered == "krill.bootstrap":
