@@ -35,9 +35,9 @@ from tests.support.cluster import (
     first_offset_after_epoch,
     read_partitions,
     wait_until,
+    whole_batches,
 )
 from tests.support.raw_client import RawClient, request
-from wire.record_batch import HEADER_BYTES, read_header
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -177,16 +177,8 @@ def _lose_unacknowledged_tail(data_dir: Path, topic: str, partition: int, acked:
     way is torn (half a batch after the cut). How many batches were cut."""
     segment = max((data_dir / f"{topic}-{partition}").glob("*.log"))
     data = segment.read_bytes()
-    batches, position = [], 0  # (start, end, last offset) of each whole batch
-    while position + HEADER_BYTES <= len(data):
-        try:
-            header = read_header(data, position)
-        except ValueError:
-            break
-        if position + header.size > len(data):
-            break
-        batches.append((position, position + header.size, header.last_offset))
-        position += header.size
+    batches = [(start, start + header.size, header.last_offset)
+               for start, header in whole_batches(data)]
     kept = [b for b in batches if b[2] <= acked]
     assert kept and kept[-1][2] == acked, (acked, batches[-3:])
     cut = kept[-1][1]

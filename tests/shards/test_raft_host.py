@@ -42,17 +42,24 @@ class _Mesh:
         return shard if node == self.node_id else (node, shard)
 
 
+def _host(tmp_path: Path) -> tuple[RaftHost, _Router]:
+    """A shard's RaftHost on the running loop, bound to the stand-ins, its timers stopped:
+    the test ticks (`_keep_alive` is the tick's first step)."""
+    def run_io(fn: Any, done: Any) -> None:
+        done(fn(), None)
+
+    host = RaftHost(1, 0, asyncio.get_running_loop(), str(tmp_path), run_io,
+                    ELECTION_TICKS, 1, TICK_S)
+    router = _Router()
+    host.bind(router, _Mesh(), lambda _node: 1, lambda _topic: b"\0" * 16)  # type: ignore[arg-type]
+    host.close()
+    return host, router
+
+
 def test_keepalives_go_to_each_peer_shard_not_sent_to_and_lost_names_the_silent(
         tmp_path: Path) -> None:
     async def main() -> None:
-        def run_io(fn: Any, done: Any) -> None:
-            done(fn(), None)
-
-        host = RaftHost(1, 0, asyncio.get_running_loop(), str(tmp_path), run_io,
-                        ELECTION_TICKS, 1, TICK_S)
-        router = _Router()
-        host.bind(router, _Mesh(), lambda _node: 1, lambda _topic: b"\0" * 16)  # type: ignore[arg-type]
-        host.close()  # no timers: the test ticks (`_keep_alive` is the tick's first step)
+        host, router = _host(tmp_path)
         host.register("t", 0, lambda: None, ((1, 0), (2, 0), (3, 0)))
         host.register("t", 1, lambda: None, ((1, 0), (2, 0), (3, 0)))
         host._keep_alive()
@@ -92,14 +99,7 @@ def test_keepalives_go_to_each_peer_shard_not_sent_to_and_lost_names_the_silent(
 def test_a_heartbeat_after_an_append_within_a_tick_is_dropped_but_never_a_quiesce(
         tmp_path: Path) -> None:
     async def main() -> None:
-        def run_io(fn: Any, done: Any) -> None:
-            done(fn(), None)
-
-        host = RaftHost(1, 0, asyncio.get_running_loop(), str(tmp_path), run_io,
-                        ELECTION_TICKS, 1, TICK_S)
-        router = _Router()
-        host.bind(router, _Mesh(), lambda _node: 1, lambda _topic: b"\0" * 16)  # type: ignore[arg-type]
-        host.close()
+        host, router = _host(tmp_path)
         host.register("t", 0, lambda: None, ((1, 0), (2, 0), (3, 0)))
 
         def sent() -> list[tuple[Any, int]]:

@@ -35,7 +35,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.support.raw_client import RawClient, request
 from wire.messages.metadata import MetadataRequest, MetadataResponse
-from wire.record_batch import HEADER_BYTES, read_header
+from wire.record_batch import HEADER_BYTES, BatchHeader, read_header
 
 __all__ = [
     "Cluster",
@@ -463,17 +463,26 @@ def stored_batches(data_dir: Path, topic: str, partition: int) -> list[tuple[int
     batches: list[tuple[int, int, bytes]] = []
     for path in sorted(directory.glob("*.log")):
         data = path.read_bytes()
-        position = 0
-        while position + HEADER_BYTES <= len(data):
-            try:
-                header = read_header(data, position)
-            except ValueError:
-                break
-            if position + header.size > len(data):
-                break
-            batch = data[position : position + header.size]
+        for start, header in whole_batches(data):
+            batch = data[start : start + header.size]
             batches.append((header.base_offset, header.partition_leader_epoch, batch))
-            position += header.size
+    return batches
+
+
+def whole_batches(data: bytes) -> list[tuple[int, BatchHeader]]:
+    """(position, header) of each whole batch of a segment's bytes, in order, up to the first
+    incomplete or zeroed header (a preallocated or torn tail)."""
+    batches = []
+    position = 0
+    while position + HEADER_BYTES <= len(data):
+        try:
+            header = read_header(data, position)
+        except ValueError:
+            break
+        if position + header.size > len(data):
+            break
+        batches.append((position, header))
+        position += header.size
     return batches
 
 
