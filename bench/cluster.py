@@ -76,6 +76,7 @@ from bench.run import (
     case_failed,
     finish,
     header,
+    send_paced,
 )
 
 __all__ = ["CLUSTER_CASES", "FAILOVER_KINDS"]
@@ -191,8 +192,8 @@ def produce_fixed_rate(
     bootstrap: str, topic: str, value: bytes, partitions: int, *, rate: int, seconds: float,
     cpu: Callable[[], float], check: Callable[[], None], args: argparse.Namespace,
 ) -> dict[str, Any]:  # fmt: skip
-    """bench/run.py's `produce_fixed_rate` (each ms, send what is due, then poll; latency
-    from produce() to the delivery report) with the idempotent producer. Also the latency
+    """bench/run.py's `produce_fixed_rate` (its `send_paced`; latency from produce() to the
+    delivery report) with the idempotent producer. Also the latency
     from each message's scheduled time (`latency_from_schedule_ms`), which counts the time
     a loop that fell behind kept it waiting."""
     from confluent_kafka import Producer
@@ -208,34 +209,10 @@ def produce_fixed_rate(
         dr.cb(t_call, err, msg)
         scheduled.cb(t_due, err, msg)
 
-    produce, poll, pc = p.produce, p.poll, time.perf_counter
-    total = int(rate * seconds)
-    deadline = time.monotonic() + seconds * 3 + 30
     cpu_b0, cpu_c0 = cpu(), time.process_time()
-    behind_max, i = 0, 0
-    t_start = pc()
-    next_check = t_start + 1.0
-    while i < total:
-        now = pc()
-        due = min(total, int((now - t_start) * rate) + 1)
-        behind_max = max(behind_max, due - i)
-        while i < due:
-            try:
-                produce(topic, value, partition=i % partitions,
-                        on_delivery=partial(both, pc(), t_start + i / rate))  # fmt: skip
-                i += 1
-            except BufferError:
-                _wait_room(p, dr, deadline, check, args.stall_timeout)
-        now = pc()
-        if now > next_check:
-            next_check = now + 1.0
-            check()
-            if time.monotonic() > deadline:
-                raise CaseError(f"fixed-rate produce timed out after {i} messages")
-        wait = t_start + i / rate - now
-        poll(max(0.001, wait) if wait > 0 else 0)
-    t_sent = pc()
-    _flush(p, dr, deadline, check, args.stall_timeout)
+    sent = send_paced(p, dr, topic, value, partitions, rate=rate, seconds=seconds,
+                      report=lambda t_call, t_due: partial(both, t_call, t_due), check=check,
+                      stall_timeout=args.stall_timeout)
     cpu_b1, cpu_c1 = cpu(), time.process_time()
     stats.wait_fresh(p)
     if dr.errors:
@@ -243,10 +220,10 @@ def produce_fixed_rate(
     _close_bounded(p, "producer")
     return {
         "target_msgs_per_s": rate,
-        "achieved_msgs_per_s": round(total / (t_sent - t_start), 1),
-        "seconds": round(t_sent - t_start, 3),
-        "messages": total,
-        "max_backlog_msgs": behind_max,
+        "achieved_msgs_per_s": round(sent.messages / sent.seconds, 1),
+        "seconds": round(sent.seconds, 3),
+        "messages": sent.messages,
+        "max_backlog_msgs": sent.max_backlog,
         "latency_ms": ceil.latency_summary_ms(dr.latencies),
         "latency_from_schedule_ms": ceil.latency_summary_ms(scheduled.latencies),
         "produce_requests": (stats.produce_requests() or 0) - reqs0,

@@ -22,7 +22,7 @@ import uuid
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from bench import ceilings as ceil
 from bench.broker import (
@@ -605,6 +605,53 @@ def produce_max_batched(
     return out
 
 
+class Paced(NamedTuple):
+    messages: int
+    seconds: float  # from the first send to the last
+    max_backlog: int  # the most messages that were due and not yet sent
+
+
+def send_paced(
+    p: Any, dr: Deliveries, topic: str, value: bytes, partitions: int, *, rate: int,
+    seconds: float, report: Callable[[float, float], Callable[[Any, Any], None]],
+    check: Callable[[], None], stall_timeout: float,
+) -> Paced:  # fmt: skip
+    """Produce at ``rate`` msg/s for ``seconds`` round-robin over the partitions: each ms,
+    send what is due, then poll; then flush. ``report(t_call, t_due)``: a message's delivery
+    callback, made as it is handed to produce() at ``t_call``, due by the schedule at
+    ``t_due``."""
+    produce, poll, pc = p.produce, p.poll, time.perf_counter
+    total = int(rate * seconds)
+    deadline = time.monotonic() + seconds * 3 + 30
+    behind_max = 0
+    i = 0
+    t_start = pc()
+    next_check = t_start + 1.0
+    while i < total:
+        now = pc()
+        due = min(total, int((now - t_start) * rate) + 1)
+        behind_max = max(behind_max, due - i)
+        while i < due:
+            try:
+                produce(topic, value, partition=i % partitions,
+                        on_delivery=report(pc(), t_start + i / rate))
+                i += 1
+            except BufferError:
+                _wait_room(p, dr, deadline, check, stall_timeout)
+        now = pc()
+        if now > next_check:
+            next_check = now + 1.0
+            check()
+            if time.monotonic() > deadline:
+                raise CaseError(f"fixed-rate produce timed out after {i} messages")
+        wait = t_start + i / rate - now
+        # poll() returns early when a delivery report arrives; timeouts are whole ms.
+        poll(max(0.001, wait) if wait > 0 else 0)
+    t_sent = pc()
+    _flush(p, dr, deadline, check, stall_timeout)
+    return Paced(total, t_sent - t_start, behind_max)
+
+
 def produce_fixed_rate(
     bootstrap: str,
     topic: str,
@@ -622,7 +669,7 @@ def produce_fixed_rate(
 
     stats, errors, dr = StatsCollector(), ErrorLog("producer(fixed)"), Deliveries()
     p = Producer(producer_config(bootstrap, stats, errors))
-    produce, poll, cb, pc = p.produce, p.poll, dr.cb, time.perf_counter
+    cb, pc = dr.cb, time.perf_counter
     # Connect and fetch metadata before the clock starts; the warm-up message isn't counted.
     p.produce(topic, value, partition=0, on_delivery=partial(cb, pc()))
     _flush(p, dr, time.monotonic() + 30, check, stall_timeout)
@@ -632,33 +679,9 @@ def produce_fixed_rate(
     stats.wait_fresh(p)
     reqs0 = stats.produce_requests() or 0
     cpu_b0, cpu_c0 = tree_cpu_seconds(broker_pid), client_cpu()
-    total = int(rate * seconds)
-    deadline = time.monotonic() + seconds * 3 + 30
-    behind_max = 0
-    i = 0
-    t_start = pc()
-    next_check = t_start + 1.0
-    while i < total:
-        now = pc()
-        due = min(total, int((now - t_start) * rate) + 1)
-        behind_max = max(behind_max, due - i)
-        while i < due:
-            try:
-                produce(topic, value, partition=i % partitions, on_delivery=partial(cb, pc()))
-                i += 1
-            except BufferError:
-                _wait_room(p, dr, deadline, check, stall_timeout)
-        now = pc()
-        if now > next_check:
-            next_check = now + 1.0
-            check()
-            if time.monotonic() > deadline:
-                raise CaseError(f"fixed-rate produce timed out after {i} messages")
-        wait = t_start + i / rate - now
-        # poll() returns early when a delivery report arrives; timeouts are whole ms.
-        poll(max(0.001, wait) if wait > 0 else 0)
-    t_sent = pc()
-    _flush(p, dr, deadline, check, stall_timeout)
+    sent = send_paced(p, dr, topic, value, partitions, rate=rate, seconds=seconds,
+                      report=lambda t_call, _due: partial(cb, t_call), check=check,
+                      stall_timeout=stall_timeout)
     cpu_b1, cpu_c1 = tree_cpu_seconds(broker_pid), client_cpu()
     stats.wait_fresh(p)
     if dr.errors:
@@ -667,10 +690,10 @@ def produce_fixed_rate(
     broker_cpu = cpu_b1 - cpu_b0
     return {
         "target_msgs_per_s": rate,
-        "achieved_msgs_per_s": round(total / (t_sent - t_start), 1),
-        "seconds": round(t_sent - t_start, 3),
-        "messages": total,
-        "max_backlog_msgs": behind_max,
+        "achieved_msgs_per_s": round(sent.messages / sent.seconds, 1),
+        "seconds": round(sent.seconds, 3),
+        "messages": sent.messages,
+        "max_backlog_msgs": sent.max_backlog,
         "latency_ms": ceil.latency_summary_ms(dr.latencies),
         "produce_requests": reqs,
         "broker_cpu_s": round(broker_cpu, 3),
