@@ -9,6 +9,7 @@ poll_records_max = 500  # records per consume() call
 poll_timeout_s = 0.05  # a consumer process's turn over its consumers
 connect_timeout_s = 30.0  # clients have metadata (and consumers a group assignment) before start
 kafka_python_unassigned_s = 5.0  # a kafka-python member holding nothing asks to rejoin (worker.py)
+committed_timeout_s = 5.0  # a drain's ask for committed offsets (worker.py positions)
 stats_interval_s = 1.0  # a worker's stats line and history flush
 gc_thresholds = (50_000, 20, 100)  # a worker's cyclic GC (worker.py ready()); default 700/10/10
 

@@ -374,7 +374,8 @@ class ConfluentConsumers:
         unset = [p for p in at if p.offset < 0]
         if unset:
             try:
-                at = [p for p in at if p.offset >= 0] + consumer.committed(unset, timeout=5.0)
+                committed = consumer.committed(unset, timeout=limits.committed_timeout_s)
+                at = [p for p in at if p.offset >= 0] + committed
             except Exception:  # noqa: BLE001 - a KafkaException: asked again next turn
                 pass
         return {(p.topic, p.partition): p.offset for p in at if p.offset >= 0}

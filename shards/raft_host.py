@@ -170,14 +170,16 @@ class RaftHost:
         if not outbox:
             self.loop.call_soon(self._flush)
         appended = self._appended.get((topic, index))
+        now = self.loop.time()
         for m in messages:
             if m.type is MsgType.MsgApp:
                 if appended is None:
                     appended = self._appended[(topic, index)] = {}
-                appended[m.to] = self.loop.time()
-            elif (m.type is MsgType.MsgHeartbeat and not m.quiesce and appended is not None
-                  and self.loop.time() - appended.get(m.to, -1e9) < self.tick_s):
-                continue
+                appended[m.to] = now
+            elif m.type is MsgType.MsgHeartbeat and not m.quiesce and appended is not None:
+                last = appended.get(m.to)
+                if last is not None and now - last < self.tick_s:
+                    continue
             node, shard = cast(Address, m.to)
             groups = outbox.setdefault(mesh.address(node, shard), {})
             groups.setdefault((topic, index), []).append(m)

@@ -79,6 +79,15 @@ def krill_client(broker: BrokerProcess, *args: str) -> subprocess.CompletedProce
     )
 
 
+def http_get(url: str, timeout_s: float) -> tuple[int, bytes]:
+    """(status, body) of a GET; an HTTP error status is an answer, not an exception."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as response:
+            return response.status, response.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+
+
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
@@ -115,13 +124,7 @@ class BrokerProcess:
 
     def admin_get(self, path: str, timeout_s: float = 10.0) -> tuple[int, bytes]:
         """GET the admin endpoint: (status, body)."""
-        try:
-            with urllib.request.urlopen(
-                f"http://{self.admin_address}{path}", timeout=timeout_s
-            ) as response:
-                return response.status, response.read()
-        except urllib.error.HTTPError as e:
-            return e.code, e.read()
+        return http_get(f"http://{self.admin_address}{path}", timeout_s)
 
     def metrics(self) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
         """One /metrics scrape, parsed: (name, sorted labels) -> value."""

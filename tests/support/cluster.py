@@ -24,8 +24,6 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -33,6 +31,7 @@ from typing import Any, TypeVar
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from tests.support.broker import http_get
 from tests.support.raw_client import RawClient, request
 from wire.messages.metadata import MetadataRequest, MetadataResponse
 from wire.record_batch import HEADER_BYTES, BatchHeader, read_header
@@ -224,12 +223,7 @@ class ClusterNode:
     # What the node says ----------------------------------------------------------------------
 
     def admin_get(self, path: str, timeout_s: float = 5.0) -> tuple[int, bytes]:
-        url = f"http://127.0.0.1:{self.admin_port}{path}"
-        try:
-            with urllib.request.urlopen(url, timeout=timeout_s) as response:
-                return response.status, response.read()
-        except urllib.error.HTTPError as e:
-            return e.code, e.read()
+        return http_get(f"http://127.0.0.1:{self.admin_port}{path}", timeout_s)
 
     def replicas(self) -> dict[tuple[str, int], dict[str, Any]] | None:
         """/v1/partitions: this node's replicas by (topic, partition): role, leader, term,
