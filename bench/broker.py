@@ -17,6 +17,8 @@ import threading
 import time
 from pathlib import Path
 
+from scenarios.procs import process_tree
+
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
@@ -72,35 +74,7 @@ def extra_port_flags(exe: str) -> list[str]:
     return flags
 
 
-# --------------------------------------------------------------------------- /proc walking
-
-
-def _children(pid: int) -> list[int]:
-    kids: list[int] = []
-    try:
-        tasks = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return kids
-    for tid in tasks:
-        try:
-            with open(f"/proc/{pid}/task/{tid}/children") as f:
-                kids.extend(int(x) for x in f.read().split())
-        except (OSError, ValueError):
-            pass
-    return kids
-
-
-def process_tree(root: int) -> list[int]:
-    """``root`` and all its live descendants (breadth first)."""
-    seen: list[int] = []
-    todo = [root]
-    while todo:
-        pid = todo.pop(0)
-        if pid in seen or not os.path.exists(f"/proc/{pid}"):
-            continue
-        seen.append(pid)
-        todo.extend(_children(pid))
-    return seen
+# --------------------------------------------------------------------------- /proc reading
 
 
 def _stat_fields(pid: int) -> list[str] | None:

@@ -33,11 +33,11 @@ from bench.broker import (
     free_port,
     krill_executable,
     log,
-    process_tree,
     tree_cpu_seconds,
     tree_rss_mib,
 )
 from bench.run import CaseError
+from scenarios.procs import process_tree
 
 __all__ = [
     "Cluster", "ClusterNode", "catch_up_state", "create_topic", "delete_topic", "dir_bytes",

@@ -30,11 +30,11 @@ from bench.broker import (
     RssSampler,
     log,
     process_cpu_seconds,
-    process_tree,
     tree_cpu_seconds,
     tree_hwm_mib,
     tree_rss_mib,
 )
+from scenarios.procs import process_tree
 
 MB = 1e6  # decimal, as in the ceilings
 

@@ -43,6 +43,7 @@ import yaml
 
 from scenarios import limits
 from scenarios.link_proxy import LinkProxy, ProxyStats, ProxyThread, bind_consecutive
+from scenarios.procs import process_tree
 
 __all__ = ["Cluster", "ClusterError", "Node", "free_port", "free_ports"]
 
@@ -219,19 +220,8 @@ class Node:
 
     def _children(self) -> list[int]:
         assert self.process is not None
-        root = self.process.pid
-        out: list[int] = []
-        frontier = [root]
-        while frontier:  # nsenter execs, so the supervisor is the group leader or its child
-            pid = frontier.pop()
-            try:
-                for task in Path(f"/proc/{pid}/task").iterdir():
-                    kids = [int(p) for p in (task / "children").read_text().split()]
-                    out += kids
-                    frontier += kids
-            except FileNotFoundError:
-                continue
-        return out
+        # nsenter execs, so the supervisor is the group leader or its child
+        return process_tree(self.process.pid)[1:]
 
     def kill(self, target: str) -> None:
         """kill -9: the whole node (its process group) or one shard process (after which the

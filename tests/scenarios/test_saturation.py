@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from confluent_kafka.admin import AdminClient
 
+from scenarios.procs import child_pids
 from scenarios.saturation import add_bench_commands, find_knee, low_load_p99_ms
 from shards.topic_cli import CommandError
 from tests.support.broker import BrokerProcess, free_port
@@ -120,11 +121,7 @@ def test_the_knee_is_where_the_curve_leaves_the_line_for_good() -> None:
 
 def _children() -> set[int]:
     """Live child processes of this test process."""
-    kids: set[int] = set()
-    for task in os.listdir(f"/proc/{os.getpid()}/task"):
-        with open(f"/proc/{os.getpid()}/task/{task}/children") as f:
-            kids.update(int(pid) for pid in f.read().split())
-    return {pid for pid in kids if _alive(pid)}
+    return {pid for pid in child_pids(os.getpid()) if _alive(pid)}
 
 
 def _alive(pid: int) -> bool:

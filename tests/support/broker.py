@@ -20,6 +20,8 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from scenarios.procs import child_pids
+
 __all__ = ["BrokerProcess", "free_port", "krill_start_refused", "wait_for"]
 
 REPO = Path(__file__).resolve().parents[2]
@@ -219,9 +221,7 @@ class BrokerProcess:
     def shard_pids(self) -> list[int]:
         """The shard processes, in shard order (children of the supervisor)."""
         assert self.process is not None
-        pids = []
-        for task in Path(f"/proc/{self.process.pid}/task").iterdir():
-            pids += [int(p) for p in (task / "children").read_text().split()]
+        pids = child_pids(self.process.pid)
 
         def shard_number(pid: int) -> int:
             args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
