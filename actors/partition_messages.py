@@ -38,6 +38,7 @@ __all__ = [
     "ReadResult",
     "TransferLeadership",
     "UpdateSettings",
+    "WriteTxnMarker",
     "refuse",
 ]
 
@@ -170,6 +171,20 @@ class TransferLeadership(NamedTuple):
     reply: Callable[[bool], None]
 
 
+class WriteTxnMarker(NamedTuple):
+    """End a producer's transaction on this partition (Kafka's WriteTxnMarkers, from the
+    transaction coordinator): the leader appends a COMMIT or ABORT control batch for
+    (`producer_id`, `producer_epoch`) and replies NONE once that batch is committed (below
+    the high watermark), or the error that kept it out (NOT_LEADER_OR_FOLLOWER,
+    INVALID_PRODUCER_EPOCH for an epoch older than the producer's, ...)."""
+
+    producer_id: int
+    producer_epoch: int
+    commit: bool
+    coordinator_epoch: int
+    reply: Callable[[ErrorCode], None]
+
+
 def refuse(message: Any, error: ErrorCode) -> None:
     """Answer a partition message with `error` (its partition is gone, or not here); a produce
     also gives back its bytes (phase one)."""
@@ -188,5 +203,7 @@ def refuse(message: Any, error: ErrorCode) -> None:
         message.reply((error, -1))
     elif isinstance(message, TransferLeadership):
         message.reply(False)
+    elif isinstance(message, WriteTxnMarker):
+        message.reply(error)
     elif isinstance(message, PartitionInfo):
         message.reply({"error": int(error)})

@@ -121,6 +121,12 @@ class Services(Protocol):
         another shard owns it), or None if it does not exist."""
         ...
 
+    def partition_writer(self, topic: str, index: int) -> Any:
+        """Something whose `tell()` reaches the partition's leader replica wherever it is:
+        this shard's actor, another shard's, or (in a cluster) another node's; None when no
+        leader is known. For the transaction coordinator's `WriteTxnMarker`s."""
+        ...
+
     def controller(self) -> Any:
         """The actor owning cluster metadata (topics, producer ids)."""
         ...
