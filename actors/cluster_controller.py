@@ -280,7 +280,8 @@ class ClusterController(LoopActor):
         assert self._log is not None
         return self._log
 
-    def appended(self, last_offset: int, headers: list[BatchHeader]) -> None:
+    def appended(self, last_offset: int, headers: list[BatchHeader],
+                 data: bytes | bytearray | memoryview) -> None:
         self._flush()
 
     def log_rewritten(self) -> None:

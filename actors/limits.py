@@ -34,6 +34,13 @@ producer_batches_remembered = 5
 # hundred bytes); past it the one that wrote least recently is forgotten. Producers that
 # InitProducerId again and again cannot grow a partition's memory without end.
 producer_ids_per_partition_max = 1000
+# Transactions open at once on one partition (each: a producer id and an offset). A
+# transactional batch that would open one more is refused CONCURRENT_TRANSACTIONS
+# (retriable); the coordinator's transaction timeout aborts the ones left open.
+transactions_open_per_partition_max = 1000
+# Aborted transactions one partition lists for read_committed fetches (each: three ints,
+# ~100 bytes, so 10 MB at most); past it the oldest is forgotten (actors/txn_state.py).
+aborted_transactions_per_partition_max = 100_000
 # Producer ids handed out per persisted block (the next block is written before use).
 producer_id_block_size = 1000
 # Requests the controller holds while a metadata write is out (a few ms); past it they are

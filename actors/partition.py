@@ -52,6 +52,14 @@ flush path and refuse clients NOT_LEADER_OR_FOLLOWER, and the leader epoch is th
 What moves the log's start (retention, DeleteRecords) and compaction live in
 actors/log_lifecycle.py, which the partition drives from a timer and its messages. The messages
 themselves are in actors/partition_messages.py (imported from here as well).
+
+Transactions (actors/txn_state.py holds the theory): transactional batches open their
+producer's transaction here, and the coordinator's `WriteTxnMarker` appends a COMMIT or ABORT
+control batch through the same append path as a produce (so Raft replicates it, and followers
+read it back from what they append), answered once it is committed. The marker of a producer
+with no transaction open here is written all the same (as Kafka does; it lists nothing). A
+`Read` with `committed` (read_committed) stops at the last stable offset and lists the aborted
+transactions that overlap what it could read.
 """
 
 from __future__ import annotations
@@ -90,6 +98,7 @@ from actors.partition_messages import (
     ReadResult,
     TransferLeadership,
     UpdateSettings,
+    WriteTxnMarker,
     refuse,
 )
 from actors.partition_replication import Address, Replication
@@ -97,12 +106,13 @@ from actors.producer_state import ProducerStateTable
 from actors.runtime import LoopActor
 from actors.services import Services, now_ms
 from actors.topic_config import TopicSettings
+from actors.txn_state import ABORT, TxnState, marker_batch, marker_type
 from actors.watermarks import Published
 from storage import DiskLog, LogConfig, NotCached, OffsetOutOfRange
 from storage.log import AppendFailed
 from storage.page_cache import warm
 from wire.errors import DecodeError, ErrorCode
-from wire.record_batch import BatchHeader, set_log_append_time
+from wire.record_batch import BatchHeader, iter_batches, set_log_append_time
 from wire.records import decode_batch, iter_records
 
 # The messages are re-exported: the actor and its messages are imported from here.
@@ -124,6 +134,7 @@ __all__ = [
     "Delete",
     "DeleteRecords",
     "UpdateSettings",
+    "WriteTxnMarker",
 ]
 
 log = logging.getLogger(__name__)
@@ -174,6 +185,7 @@ class Partition(LoopActor):
         self.services = services
         self.leader_epoch = 0  # a lone copy's never moves; a replicated one's is the Raft term
         self._producers = ProducerStateTable()
+        self._txns = TxnState()  # open and aborted transactions, fed with the producers
         # Produces waiting for their flush, flushes out, the high watermark: what to do when
         # (actors/ack_window.py); on_start opens it at the log's end.
         self._window: AckWindow[_Waiter] = AckWindow(0, settings.write_caching)
@@ -208,6 +220,7 @@ class Partition(LoopActor):
             RaftReceive: self._raft_receive,
             RaftUnreachable: self._raft_unreachable,
             TransferLeadership: self._transfer_leadership,
+            WriteTxnMarker: self._write_txn_marker,
         }
 
     def __str__(self) -> str:
@@ -290,6 +303,8 @@ class Partition(LoopActor):
         return now_ms()
 
     def log_start_moved(self) -> None:
+        if self._log is not None:
+            self._txns.log_start_moved(self._log.log_start_offset)
         if self._replication is not None and self._log is not None:
             self._replication.log_start_moved(self._log.log_start_offset)
         self._publish()
@@ -304,17 +319,38 @@ class Partition(LoopActor):
         self._fail_waiters(ErrorCode.KAFKA_STORAGE_ERROR)
 
     def _rebuild_producer_state(self) -> None:
-        assert self._log is not None
+        """Producer and transaction state from the log, in one pass over its batch headers
+        (a transaction marker's own bytes are read back: its header does not say COMMIT or
+        ABORT)."""
+        log_ = self._log
+        assert log_ is not None
         self._producers = ProducerStateTable()
-        for header in self._log.iter_batch_headers(self._log.log_start_offset):
-            if header.producer_id >= 0 and not header.is_control:
-                self._producers.record(
-                    header.producer_id,
-                    header.producer_epoch,
-                    header.base_sequence,
-                    header.base_offset,
-                    header.last_offset,
-                )
+        self._txns = TxnState()
+        def read_back(h: BatchHeader) -> bytes:
+            return log_.read_bytes(h.base_offset, h.size, h.next_offset)
+
+        for header in log_.iter_batch_headers(log_.log_start_offset):
+            self._note_batch(header, header.base_offset, read_back)
+
+    def _note_batch(self, header: BatchHeader, base_offset: int,
+                    batch: Callable[[BatchHeader], bytes | memoryview]) -> None:
+        """Feed the producer and transaction tables a batch appended at `base_offset` (the
+        leader's own, a follower's, or one read back on start); `batch(header)` gives its
+        bytes, asked only for a transaction marker."""
+        producer_id = header.producer_id
+        if producer_id < 0:
+            return
+        if header.is_control:
+            kind = marker_type(batch(header))
+            if kind is not None:
+                self._producers.marker(producer_id, header.producer_epoch)
+                self._txns.marker(producer_id, base_offset + header.last_offset_delta,
+                                  kind == ABORT)
+            return
+        self._producers.record(producer_id, header.producer_epoch, header.base_sequence,
+                               base_offset, base_offset + header.last_offset_delta)
+        if header.is_transactional:
+            self._txns.data_batch(producer_id, base_offset)
 
     # Produce ------------------------------------------------------------------------------
 
@@ -381,7 +417,7 @@ class Partition(LoopActor):
         if self._replication is not None:
             self._replication.proposed(result.base_offset,
                                        result.last_offset + 1 - result.base_offset)
-        self._record_producers(m.headers, first_base)
+        self._record_producers(m.records, m.headers, first_base)
         self._unflushed_bytes += size
         if self._disk_space is not None:
             self._disk_space.appended(size)
@@ -419,8 +455,12 @@ class Partition(LoopActor):
     def _check_sequences(self, m: Produce) -> bool | None:
         """Answer and return True if the request is a duplicate or out of order; else None."""
         for header in m.headers:
-            if header.producer_id < 0:
-                continue
+            if header.producer_id < 0 or header.is_control:
+                continue  # a control batch here is a marker, checked by _write_txn_marker
+            txn_error = self._txn_check(header)
+            if txn_error is not None:
+                self._answer(m, ProduceResult(txn_error))
+                return True
             check = self._producers.check(
                 header.producer_id,
                 header.producer_epoch,
@@ -443,18 +483,37 @@ class Partition(LoopActor):
                 return True
         return None
 
-    def _record_producers(self, headers: list[BatchHeader], first_base: int) -> None:
+    def _txn_check(self, header: BatchHeader) -> ErrorCode | None:
+        """A transactional batch needs room for its transaction; a plain batch of a producer
+        whose transaction is open here is refused (Kafka's InvalidTxnStateException)."""
+        producer_id = header.producer_id
+        if header.is_transactional:
+            if not self._txns.may_open(producer_id):
+                log.warning("%s: %d transactions open, refusing producer %d's", self,
+                            self._txns.open_count, producer_id)
+                return ErrorCode.CONCURRENT_TRANSACTIONS
+        elif self._txns.is_open(producer_id):
+            return ErrorCode.INVALID_TXN_STATE
+        return None
+
+    def _record_producers(self, records: memoryview, headers: list[BatchHeader],
+                          first_base: int) -> None:
         base = first_base
         for header in headers:
-            if header.producer_id >= 0:
-                self._producers.record(
-                    header.producer_id,
-                    header.producer_epoch,
-                    header.base_sequence,
-                    base,
-                    base + header.last_offset_delta,
-                )
+            self._note_batch(header, base, lambda h: records[h.position:h.position + h.size])
             base += header.last_offset_delta + 1
+
+    def _write_txn_marker(self, m: WriteTxnMarker) -> None:
+        """Append the COMMIT or ABORT marker through the produce path (acks=all: answered
+        once committed). An epoch older than the producer's here is fenced."""
+        epoch = self._producers.epoch_of(m.producer_id)
+        if epoch is not None and m.producer_epoch < epoch:
+            m.reply(ErrorCode.INVALID_PRODUCER_EPOCH)
+            return
+        batch = marker_batch(m.producer_id, m.producer_epoch, m.commit, m.coordinator_epoch,
+                             now_ms())
+        self._append(Produce(memoryview(batch), iter_batches(batch, check_crc=False), -1,
+                             lambda result: m.reply(result.error)))
 
     def _answer(self, m: Produce, result: ProduceResult) -> None:
         if m.reply is not None:
@@ -527,6 +586,7 @@ class Partition(LoopActor):
             return self._window.flush_failed()
         durable = self._log.next_offset
         self._producers.forget_from(durable)
+        self._txns.forget_from(durable)
         self._unflushed_bytes = 0
         self._flush_failures += 1
         if self._flush_failures == 1:
@@ -569,11 +629,15 @@ class Partition(LoopActor):
         """Tell the shard's watermark table (long polls, idle reads) what changed. A replica
         that does not lead has nothing to publish: reads go to it and are refused."""
         assert self._log is not None
+        hwm, start = self.high_watermark, self._log.log_start_offset
+        self._txns.committed(hwm)  # markers below it are final (every replica's)
         if not self._leading:
             self.services.long_polls.gone((self.topic, self.index))
             return
-        hwm, start = self.high_watermark, self._log.log_start_offset
-        state = Published(hwm, start, self.leader_epoch, ReadResult(ErrorCode.NONE, hwm, start))
+        # The last stable offset moves only with the high watermark (a marker counts once
+        # it is committed), so a read_committed long poll waits on the same notices.
+        at_end = ReadResult(ErrorCode.NONE, hwm, start, None, self._last_stable_offset())
+        state = Published(hwm, start, self.leader_epoch, at_end)
         self.services.long_polls.publish((self.topic, self.index), state)
 
     def _fail_waiters(self, error: ErrorCode) -> None:
@@ -603,31 +667,39 @@ class Partition(LoopActor):
             m.reply(ReadResult(error))
             return
         hwm, start = self.high_watermark, log_.log_start_offset
+        lso = self._last_stable_offset()
         if m.offset < start or m.offset > log_.next_offset:
-            m.reply(ReadResult(ErrorCode.OFFSET_OUT_OF_RANGE, hwm, start))
+            m.reply(ReadResult(ErrorCode.OFFSET_OUT_OF_RANGE, hwm, start, None, lso))
             return
         budget = m.budget
         limit = min(m.max_bytes, budget.remaining)
-        if m.offset >= hwm or (limit <= 0 and budget.taken):
-            m.reply(ReadResult(ErrorCode.NONE, hwm, start))
+        end = lso if m.committed else hwm  # read_committed: whole batches below the LSO
+        if m.offset >= end or (limit <= 0 and budget.taken):
+            m.reply(ReadResult(ErrorCode.NONE, hwm, start, None, lso))
             return
         try:
-            records = log_.read(m.offset, max(limit, 1), hwm, self._nowait(attempts))
+            records = log_.read(m.offset, max(limit, 1), end, self._nowait(attempts))
         except OffsetOutOfRange:
-            m.reply(ReadResult(ErrorCode.OFFSET_OUT_OF_RANGE, hwm, start))
+            m.reply(ReadResult(ErrorCode.OFFSET_OUT_OF_RANGE, hwm, start, None, lso))
             return
         except NotCached as miss:
             self._warm_and_retry(miss, m, attempts)
             return
-        result = ReadResult(ErrorCode.NONE, hwm, start, records)
+        aborted = self._txns.aborted_between(m.offset, end) if m.committed else None
+        result = ReadResult(ErrorCode.NONE, hwm, start, records, lso, aborted)
         size = result.size
         if size > limit and budget.taken:
             # Only the first batch of a response may exceed the limit (KIP-74).
-            result = ReadResult(ErrorCode.NONE, hwm, start)
+            result = ReadResult(ErrorCode.NONE, hwm, start, None, lso)
             size = 0
         budget.remaining -= size
         budget.taken += size
         m.reply(result)
+
+    def _last_stable_offset(self) -> int:
+        """Where read_committed reads stop (actors/txn_state.py)."""
+        assert self._log is not None
+        return self._txns.last_stable_offset(self.high_watermark, self._log.log_start_offset)
 
     def _list_offset(self, m: ListOffset, attempts: int = 0) -> None:
         try:
@@ -651,7 +723,8 @@ class Partition(LoopActor):
             if self._replication is not None and not self._replication.leader_ready():
                 m.reply(ListOffsetResult(ErrorCode.OFFSET_NOT_AVAILABLE))
                 return
-            m.reply(ListOffsetResult(ErrorCode.NONE, -1, self.high_watermark, epoch))
+            latest = self._last_stable_offset() if m.committed else self.high_watermark
+            m.reply(ListOffsetResult(ErrorCode.NONE, -1, latest, epoch))
         elif m.timestamp == MAX_TIMESTAMP:
             found = log_.max_timestamp()
             if found is None or found[0] >= self.high_watermark:
@@ -753,6 +826,9 @@ class Partition(LoopActor):
                 "segments_removed": self._lifecycle.segments_removed,
                 "cleans": self._lifecycle.cleans,
                 "cleaner_checkpoint": log_.cleaner_checkpoint,
+                "last_stable_offset": self._last_stable_offset(),
+                "open_transactions": self._txns.open_count,
+                "aborted_transactions": len(self._txns.aborted()),
             }
         )
 
@@ -780,14 +856,15 @@ class Partition(LoopActor):
     def written_offset(self) -> int:
         return self._window.written_offset
 
-    def replicated_append(self, last_offset: int, headers: list[BatchHeader]) -> None:
-        """The Replica wrote batches at the log's end (a follower's, or the leader's no-op):
-        producers recorded, the ack window told, a flush started."""
+    def replicated_append(self, last_offset: int, headers: list[BatchHeader],
+                          data: bytes | bytearray | memoryview) -> None:
+        """The Replica wrote batches at the log's end (a follower's, or the leader's no-op;
+        `headers` place them in `data`): producers and transactions recorded, the ack window
+        told, a flush started."""
+        view = memoryview(data)
         for header in headers:
-            if header.producer_id >= 0 and not header.is_control:
-                self._producers.record(header.producer_id, header.producer_epoch,
-                                       header.base_sequence, header.base_offset,
-                                       header.last_offset)
+            self._note_batch(header, header.base_offset,
+                             lambda h: view[h.position:h.position + h.size])
             self._unflushed_bytes += header.size
         self._carry_out(self._window.appended(last_offset))
 

@@ -84,6 +84,11 @@ class ReadResult(NamedTuple):
     high_watermark: int = -1
     log_start_offset: int = -1
     records: FileSlice | memoryview | None = None
+    # Where read_committed reads stop (actors/txn_state.py); every read answers it.
+    last_stable_offset: int = -1
+    # A read_committed read's (producer id, first offset) of the aborted transactions that
+    # overlap what it could read (Kafka's FetchResponse AbortedTransactions); None otherwise.
+    aborted_transactions: list[tuple[int, int]] | None = None
 
     @property
     def size(self) -> int:
@@ -102,6 +107,9 @@ class Read(NamedTuple):
     # Any replica may answer, up to the high watermark it knows (the Spark reader's
     # "read from an in-sync replica"; Kafka's Fetch reads from the leader).
     any_replica: bool = False
+    # read_committed: whole batches below the last stable offset only, with the aborted
+    # transactions listed (Kafka's isolation_level 1).
+    committed: bool = False
 
 
 class ListOffsetResult(NamedTuple):
@@ -115,6 +123,7 @@ class ListOffset(NamedTuple):
     timestamp: int
     current_leader_epoch: int
     reply: Callable[[ListOffsetResult], None]
+    committed: bool = False  # read_committed: latest is the last stable offset
 
 
 class EpochEndOffset(NamedTuple):

@@ -247,8 +247,9 @@ class Replication:
         assert log_ is not None
         return log_
 
-    def appended(self, last_offset: int, headers: list[BatchHeader]) -> None:
-        self.partition.replicated_append(last_offset, headers)
+    def appended(self, last_offset: int, headers: list[BatchHeader],
+                 data: bytes | bytearray | memoryview) -> None:
+        self.partition.replicated_append(last_offset, headers, data)
         if self._commit_target > self.partition.written_offset():
             return
         if self._commit_target:

@@ -112,6 +112,25 @@ class ProducerStateTable:
             RememberedBatch(first_sequence, last_sequence, first_offset, last_offset)
         )
 
+    def epoch_of(self, producer_id: int) -> int | None:
+        """The producer's current epoch on this partition, None if it is unknown here."""
+        producer = self._producers.get(producer_id)
+        return None if producer is None else producer.epoch
+
+    def marker(self, producer_id: int, epoch: int) -> None:
+        """A transaction marker (COMMIT or ABORT) for the producer in `epoch` was appended.
+        A newer epoch than the producer's becomes its epoch (the coordinator fenced it, or
+        bumped it at the transaction's end): its batches of the old epoch are forgotten and
+        its next batch must start at sequence 0, as a new epoch's first batch does. A marker
+        has no sequence of its own."""
+        producers = self._producers
+        producer = producers.pop(producer_id, None)
+        if producer is None or epoch > producer.epoch:
+            producer = _Producer(epoch, next_sequence=0)
+        producers[producer_id] = producer
+        if len(producers) > limits.producer_ids_per_partition_max:
+            del producers[next(iter(producers))]
+
     def last_batch_offsets(self) -> set[int]:
         """The base offset of each remembered producer's last batch: compaction keeps these
         batches (empty if need be), so the producer's state survives a restart."""

@@ -126,10 +126,12 @@ class ReplicaHost(Protocol):
     """What a Replica asks of the partition hosting it."""
 
     def replica_log(self) -> Log: ...
-    def appended(self, last_offset: int, headers: list[BatchHeader]) -> None:
+    def appended(self, last_offset: int, headers: list[BatchHeader],
+                 data: bytes | bytearray | memoryview) -> None:
         """A follower's batches `headers` (or the leader's no-op) were written up to
         `last_offset`: flush them (the partition's flush path reports back with
-        `Replica.flushed`)."""
+        `Replica.flushed`). `data` holds them, at their headers' positions (a transaction
+        marker's type is in its record)."""
     def log_rewritten(self) -> None:
         """A cut or a reset changed what the log holds: rebuild what was derived from it
         (producer state, the ack window's written offset)."""
@@ -321,6 +323,7 @@ class Replica:
             headers = iter_batches(batch, check_crc=False)
             result = log_.append(batch, headers, write.ranges[0].term, host.now_ms())
             assert result.base_offset == write.ranges[0].base, (result, write)
+            data = batch
         else:
             data = bytearray(write.payload)
             headers = iter_batches(data, check_crc=False)
@@ -331,7 +334,7 @@ class Replica:
             if not headers:
                 return
             log_.append_replicated(data, headers, host.now_ms())
-        host.appended(log_.next_offset - 1, headers)
+        host.appended(log_.next_offset - 1, headers, data)
 
     def _cut(self, ticket: CutTicket) -> None:
         self._cutting = True

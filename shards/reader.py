@@ -9,7 +9,9 @@ ListOffset, fetches by Read to the partition's actor — local, or on another sh
 a replica of, as their leader, or (a request's `any_replica`) as any replica, up to the high
 watermark it knows: a fetch by `Read.any_replica`, earliest and latest offsets by a Read
 past the end, which answers with the replica's log start and high watermark and reads
-nothing (ListOffset is the leader's). A fetch answers with
+nothing (ListOffset is the leader's). `read_committed` (Kafka's isolation level) is the
+partition's `Read.committed` and `ListOffset.committed`: reads stop at the last stable offset
+and list the aborted transactions, latest is the last stable offset. A fetch answers with
 the segment bytes as one raw frame, read with pread (on the I/O pool when large) and handed to
 ZeroMQ without a copy: the reader never decodes records.
 
@@ -207,6 +209,8 @@ class ReaderEndpoint:
                     answered(index, int(result.error), -1)
                 elif timestamp == protocol.EARLIEST:
                     answered(index, protocol.ERROR_NONE, result.log_start_offset)
+                elif request.read_committed:
+                    answered(index, protocol.ERROR_NONE, result.last_stable_offset)
                 else:
                     answered(index, protocol.ERROR_NONE, result.high_watermark)
 
@@ -222,7 +226,7 @@ class ReaderEndpoint:
                 ref.tell(Read(_PROBE_OFFSET, 1, -1, FetchBudget(1), on_probed(i, timestamp),
                               True))
             else:
-                ref.tell(ListOffset(timestamp, -1, on_listed(i)))
+                ref.tell(ListOffset(timestamp, -1, on_listed(i), request.read_committed))
         release()
 
     def _fetch(self, identity: bytes, correlation: Any, request: protocol.FetchRequest) -> None:
@@ -256,7 +260,7 @@ class ReaderEndpoint:
 
         max_bytes = request.max_bytes
         ref.tell(Read(request.offset, max_bytes, -1, FetchBudget(max_bytes), on_read,
-                      request.any_replica))
+                      request.any_replica, request.read_committed))
 
     def _send_records(self, identity: bytes, correlation: Any, result: ReadResult) -> None:
         def send(data: Any) -> None:
@@ -265,8 +269,11 @@ class ReaderEndpoint:
                 correlation,
                 log_start=result.log_start_offset,
                 high_watermark=result.high_watermark,
+                last_stable_offset=result.last_stable_offset,
                 bytes=len(data),
             )
+            if result.aborted_transactions is not None:  # read_committed
+                header["aborted"] = [list(a) for a in result.aborted_transactions]
             self._send(identity, header, data)
 
         records = result.records

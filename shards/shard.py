@@ -208,6 +208,26 @@ class Shard:
     def local_partition(self, topic: str, index: int) -> ActorRef[Any] | None:
         return self._partitions.get((topic, index))
 
+    def partition_writer(self, topic: str, index: int) -> Any:
+        """The partition's leader replica for a transaction coordinator's `WriteTxnMarker`:
+        this shard's actor, or a stand-in whose `tell()` makes the call (calls/txn_marker.py)
+        to another shard of this node or, in a cluster, to the leader's (node, shard) as this
+        shard last heard it; None when no leader is known (or no such partition)."""
+        if not self.cluster or self.raft is None:
+            return self.partition(topic, index)  # a node of its own leads every partition
+        entry = self.raft.leaders.get(topic, index)
+        if entry is None or entry.leader is None:
+            return None
+        node, shard = entry.leader
+        if node == self.config.node_id:
+            if shard == self.shard_id:
+                return self._partitions.get((topic, index))
+            target: Any = shard  # this node's shards are addressed by number
+        else:
+            target = (node, shard)
+        assert self._router is not None, "a cluster's shard has a router"
+        return RemotePartition(self._router, target, topic, index)
+
     def frame_buffer(self, nbytes: int) -> ArenaLease | None:
         return None if self._arenas is None else self._arenas.own.lease(nbytes)
 

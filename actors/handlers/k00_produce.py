@@ -10,6 +10,11 @@ the partition's owner assigns offsets and appends (DESIGN.md §2). acks=0 gets n
 acks=1 and acks=all are answered once the data is flushed (safe mode). An acks=all produce
 to a topic whose min.insync.replicas exceeds the replicas in sync gets NOT_ENOUGH_REPLICAS and
 is not appended, as Kafka answers; acks=0 and acks=1 do not wait for other replicas.
+
+Transactional batches (KIP-98) are taken: each must carry a producer id, and opens or
+continues its producer's transaction on the partition (actors/txn_state.py); the request's
+TransactionalId is carried, not checked (the coordinator fences producers by epoch, which the
+partition checks). Control batches are refused: only the coordinator writes markers.
 """
 
 from __future__ import annotations
@@ -56,7 +61,7 @@ def handle(ctx: Any, request: ProduceRequest) -> None:
     lent = ctx.frame_buffer
     for index, (topic, data) in enumerate(parts):
         reply = join.slot(index) if join is not None else None
-        error, message, headers = _check(acks, request.transactional_id, data.records)
+        error, message, headers = _check(acks, data.records)
         if error is None and acks == _ACKS_ALL:
             error, message = _check_in_sync(services, topic, data.index)
         if error is None:
@@ -76,7 +81,7 @@ def handle(ctx: Any, request: ProduceRequest) -> None:
 
 
 def _check(
-    acks: int, transactional_id: str | None, records: memoryview | None
+    acks: int, records: memoryview | None
 ) -> tuple[ErrorCode | None, str | None, list[BatchHeader]]:
     """(error, message, batch headers): error None when the record set may be appended."""
     if acks not in _VALID_ACKS:
@@ -93,8 +98,8 @@ def _check(
             return ErrorCode.UNSUPPORTED_COMPRESSION_TYPE, f"codec {header.codec}", []
         if header.is_control:
             return ErrorCode.INVALID_RECORD, "clients may not write control batches", []
-        if header.is_transactional or transactional_id is not None:
-            return ErrorCode.INVALID_TXN_STATE, "transactions are not supported yet", []
+        if header.is_transactional and header.producer_id < 0:
+            return ErrorCode.INVALID_RECORD, "a transactional batch needs a producer id", []
     return None, None, headers
 
 

@@ -18,6 +18,13 @@ when its connection closes first: an idle long poll holds nothing once it is ove
 A round that read nothing is answered with its partitions in one fixed order, and with the
 connection's previous answer while every partition's result is the same object: an idle
 consumer's answer is built and encoded once, not every `fetch.wait.max.ms` (`answer`).
+
+Isolation (KIP-98): READ_COMMITTED (isolation_level 1) reads whole batches below each
+partition's last stable offset and answers the aborted transactions that overlap what it
+could read; READ_UNCOMMITTED reads to the high watermark, its aborted transactions null.
+Both answer the last stable offset (actors/txn_state.py). A read_committed long poll waits
+on the same high-watermark notices: the last stable offset moves only when the high watermark
+does (a marker counts once it is committed).
 """
 
 from __future__ import annotations
@@ -36,6 +43,7 @@ from wire.messages.fetch import FetchRequest, FetchResponse
 
 FetchableTopicResponse = FetchResponse.FetchableTopicResponse
 PartitionData = FetchResponse.PartitionData
+AbortedTransaction = FetchResponse.AbortedTransaction
 
 API_KEY = 1
 MIN_VERSION = 4
@@ -43,6 +51,7 @@ MAX_VERSION = 12
 REQUEST = FetchRequest
 
 _EMPTY = b""
+_READ_COMMITTED = 1
 
 
 def handle(ctx: Any, request: FetchRequest) -> None:
@@ -69,6 +78,7 @@ class _Fetch:
             limits.fetch_response_bytes_max,
         )
         self.min_bytes = request.min_bytes
+        self.committed = request.isolation_level == _READ_COMMITTED
         wait_ms = min(max(request.max_wait_ms, 0), limits.fetch_wait_ms_max)
         # The loop's clock (time.monotonic in a shard; simulated time in scenarios/sim/).
         self.deadline = current_loop().time() + wait_ms / 1000
@@ -113,7 +123,8 @@ class _Fetch:
         for slot, index in enumerate(to_read):
             p, reply = self.parts[index][1], join.slot(slot)
             read = Read(
-                p.fetch_offset, p.partition_max_bytes, p.current_leader_epoch, budget, reply
+                p.fetch_offset, p.partition_max_bytes, p.current_leader_epoch, budget, reply,
+                committed=self.committed,
             )
             if not send(self.refs[index], read):
                 reply(ReadResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
@@ -176,7 +187,7 @@ class _Fetch:
         if metrics is not None:
             _count_fetched(metrics, self.parts, results)
         self.ctx.memo = None  # an answer with records is never the same twice
-        self.ctx.respond(_response(self.parts, results))
+        self.ctx.respond(_response(self.parts, results, self.committed))
 
     def answer(self, results: list[ReadResult]) -> FetchResponse:
         """The response to a round that read nothing, its partitions in one fixed order:
@@ -192,28 +203,32 @@ class _Fetch:
         memo = self.ctx.memo
         if (
             memo is not None
-            and memo[0] == keys
+            and memo[0] == (keys, self.committed)
             and all(a is b for a, b in zip(memo[1], ordered, strict=True))
         ):
             response: FetchResponse = memo[2]
             return response
         parts = [self.parts[i] for i in order]
-        response = _response(parts, ordered)
-        self.ctx.memo = (keys, ordered, response)
+        response = _response(parts, ordered, self.committed)
+        self.ctx.memo = ((keys, self.committed), ordered, response)
         return response
 
 
-def _response(parts: list[Any], results: list[ReadResult]) -> FetchResponse:
+def _response(parts: list[Any], results: list[ReadResult], committed: bool) -> FetchResponse:
     topics: dict[str, list[PartitionData]] = {}
     for (topic, p), result in zip(parts, results, strict=True):
+        aborted = None
+        if committed:
+            aborted = [AbortedTransaction(producer_id=producer_id, first_offset=first)
+                       for producer_id, first in result.aborted_transactions or ()]
         topics.setdefault(topic, []).append(
             PartitionData(
                 partition_index=p.partition,
                 error_code=result.error,
                 high_watermark=result.high_watermark,
-                last_stable_offset=result.high_watermark,
+                last_stable_offset=result.last_stable_offset,
                 log_start_offset=result.log_start_offset,
-                aborted_transactions=None,
+                aborted_transactions=aborted,
                 preferred_read_replica=-1,
                 records=result.records if result.records is not None else _EMPTY,
             )

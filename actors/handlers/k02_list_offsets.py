@@ -2,7 +2,8 @@
 
 v0 (deprecated, still spoken by Sarama-based tools such as Burrow before 1.9.4) asks for up
 to `max_num_offsets` offsets "before" a time and gets them back in `old_style_offsets`; v1
-drops those arrays for one (timestamp, offset) pair; v2 isolation level and throttle time; v4
+drops those arrays for one (timestamp, offset) pair; v2 isolation level (READ_COMMITTED, 1:
+latest is the last stable offset, actors/txn_state.py) and throttle time; v4
 leader epochs; v6 flexible; v7 MAX_TIMESTAMP (-3, KIP-734).
 Timestamps from v1: -2 earliest, -1 latest (the high watermark), -3 the record with the
 largest timestamp, else the first offset whose timestamp is at or after the one given (found
@@ -51,6 +52,8 @@ REQUEST = ListOffsetsRequest
 
 log = logging.getLogger(__name__)
 
+_READ_COMMITTED = 1  # isolation_level (v2+; older versions decode it as 0)
+
 
 class LegacyResult(NamedTuple):
     """One partition's v0 answer."""
@@ -78,6 +81,7 @@ def handle(ctx: Any, request: ListOffsetsRequest) -> None:
         )
 
     join = Join(len(parts), done)
+    committed = request.isolation_level == _READ_COMMITTED
     for index, (topic, p) in enumerate(parts):
         ref = ctx.services.partition(topic, p.partition_index)
         if ref is None:
@@ -85,7 +89,8 @@ def handle(ctx: Any, request: ListOffsetsRequest) -> None:
             join.fill(index, LegacyResult(unknown, []) if legacy else ListOffsetResult(unknown))
         elif legacy:
             _legacy_lookup(ref, p, join.slot(index))
-        elif not send(ref, ListOffset(p.timestamp, p.current_leader_epoch, join.slot(index))):
+        elif not send(ref, ListOffset(p.timestamp, p.current_leader_epoch, join.slot(index),
+                                      committed)):
             join.fill(index, ListOffsetResult(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
 
 

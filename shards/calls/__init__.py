@@ -15,6 +15,7 @@ answers, each holding its typed header, its send side and its serve side.
     raft            a Raft group's messages to a replica on another shard or node
     leaders         who leads which partition, to every shard of the cluster
     cluster_info    the registered nodes and the controller's leader, from shard 0
+    txn_marker      a transaction coordinator's WriteTxnMarker to a partition's leader
 
 The Router (shards/router.py) only carries them: request ids, pending replies, batching per
 loop turn. The stand-ins (shards/remote.py) find a partition message's send side here, so a
@@ -36,6 +37,7 @@ from actors.partition import (
     PartitionInfo,
     Produce,
     Read,
+    WriteTxnMarker,
 )
 from shards.calls import (
     cluster_info,
@@ -51,6 +53,7 @@ from shards.calls import (
     read,
     segments,
     topics,
+    txn_marker,
     watch,
 )
 from shards.calls.base import BATCH, REPLY, Address, Serve
@@ -84,6 +87,7 @@ SERVE: dict[int, Serve] = _by_kind(
     (raft.KIND, raft.serve),
     (leaders.KIND, leaders.serve),
     (cluster_info.KIND, cluster_info.serve),
+    (txn_marker.KIND, txn_marker.serve),
 )
 
 
@@ -99,4 +103,5 @@ PARTITION_SEND: dict[type, PartitionSend] = {
     EpochEndOffset: epoch_end.send,
     PartitionInfo: info.send,
     DeleteRecords: delete_records.send,
+    WriteTxnMarker: txn_marker.send,
 }

@@ -1,6 +1,7 @@
 """list_offset: a ListOffsets lookup (`ListOffset`) on a partition another shard owns.
 
-    ListOffsetCall(topic, partition, timestamp, leader epoch)  -->  Partition: the offset
+    ListOffsetCall(topic, partition, timestamp, leader epoch,  -->  Partition: the offset
+                   committed)
                 <-- ListOffsetAnswer(error, timestamp, offset, leader epoch)
 """
 
@@ -25,6 +26,7 @@ class ListOffsetCall(NamedTuple):
     partition: int
     timestamp: int
     current_leader_epoch: int
+    committed: bool  # read_committed: latest is the last stable offset
 
 
 class ListOffsetAnswer(NamedTuple):
@@ -39,7 +41,7 @@ def send(router: Router, to: Address, topic: str, partition: int, m: ListOffset)
         a = ListOffsetAnswer._make(body)
         m.reply(ListOffsetResult(ErrorCode(a.error), a.timestamp, a.offset, a.leader_epoch))
 
-    call = ListOffsetCall(topic, partition, m.timestamp, m.current_leader_epoch)
+    call = ListOffsetCall(topic, partition, m.timestamp, m.current_leader_epoch, m.committed)
     router.call(to, KIND, call, [], on_reply)
 
 
@@ -49,6 +51,6 @@ def serve(request: Request, body: Any, _frames: list[Any]) -> None:
     def reply(r: ListOffsetResult) -> None:
         request.answer(ListOffsetAnswer(int(r.error), r.timestamp, r.offset, r.leader_epoch))
 
-    message = ListOffset(call.timestamp, call.current_leader_epoch, reply)
+    message = ListOffset(call.timestamp, call.current_leader_epoch, reply, call.committed)
     if not tell_partition(request, call.topic, call.partition, message):
         reply(ListOffsetResult(ErrorCode.NOT_LEADER_OR_FOLLOWER))

@@ -2,8 +2,11 @@
 
     source                                        owner
     ReadCall(topic, partition, offset, max_bytes,  -->  Partition: where the bytes are
-      leader epoch, budget left, budget taken)
-                    <-- ReadAnswer(error, hwm, log start, FileSlice place)
+      leader epoch, budget left, budget taken,
+      any replica, committed)
+                    <-- ReadAnswer(error, hwm, log start, FileSlice place, last stable
+                        offset, aborted transactions as [producer id, first offset] pairs
+                        or None)
                         (or the bytes as payload frame 0, when the log had them in memory)
 
 No log bytes cross: the source opens the segment file by path (its fd cache is
@@ -38,6 +41,7 @@ class ReadCall(NamedTuple):
     budget_remaining: int
     budget_taken: int
     any_replica: bool
+    committed: bool  # read_committed (Read.committed)
 
 
 class ReadAnswer(NamedTuple):
@@ -47,6 +51,8 @@ class ReadAnswer(NamedTuple):
     # A FileSlice's place: [path, position, length, record count, inode]; None: no slice
     # (nothing to read, or the bytes are payload frame 0).
     file_slice: list[Any] | None
+    last_stable_offset: int
+    aborted_transactions: list[list[int]] | None  # [producer id, first offset] each
 
 
 def send(router: Router, to: Address, topic: str, partition: int, m: Read) -> None:
@@ -63,10 +69,13 @@ def send(router: Router, to: Address, topic: str, partition: int, m: Read) -> No
                 records = FileSlice(file.fd, position, length, path, count, inode, file)
         elif frames:
             records = memoryview(frames[0])
-        result = ReadResult(error, hwm, start, records)
+        lso, pairs = answer.last_stable_offset, answer.aborted_transactions
+        aborted = None if pairs is None else [(pid, first) for pid, first in pairs]
+        result = ReadResult(error, hwm, start, records, lso, aborted)
         size = result.size
         if size > budget.remaining and budget.taken:
-            result = ReadResult(error, hwm, start)  # only a response's first batch may overflow
+            # Only a response's first batch may overflow.
+            result = ReadResult(error, hwm, start, None, lso)
             size = 0
         budget.remaining -= size
         budget.taken += size
@@ -74,7 +83,7 @@ def send(router: Router, to: Address, topic: str, partition: int, m: Read) -> No
 
     call = ReadCall(
         topic, partition, m.offset, m.max_bytes, m.current_leader_epoch, budget.remaining,
-        budget.taken, m.any_replica,
+        budget.taken, m.any_replica, m.committed,
     )  # fmt: skip
     router.call(to, KIND, call, [], on_reply)
 
@@ -93,12 +102,14 @@ def serve(request: Request, body: Any, _frames: list[Any]) -> None:
                      records.inode]
         elif records is not None:
             payloads = [records]
+        aborted = result.aborted_transactions
         answer = ReadAnswer(
-            int(result.error), result.high_watermark, result.log_start_offset, place
+            int(result.error), result.high_watermark, result.log_start_offset, place,
+            result.last_stable_offset, None if aborted is None else [list(a) for a in aborted],
         )
         request.answer(answer, payloads)
 
     message = Read(call.offset, call.max_bytes, call.current_leader_epoch, budget, reply,
-                   call.any_replica)
+                   call.any_replica, call.committed)
     if not tell_partition(request, call.topic, call.partition, message):
         reply(ReadResult(ErrorCode.NOT_LEADER_OR_FOLLOWER))

@@ -57,7 +57,7 @@ class Node:
     def replica_log(self) -> DiskLog:
         return self.log
 
-    def appended(self, last_offset: int, headers: Any = None) -> None:
+    def appended(self, last_offset: int, headers: Any = None, data: Any = None) -> None:
         self.flush()
 
     def log_rewritten(self) -> None:

@@ -130,12 +130,12 @@ def test_corrupt_batch_is_refused(shared_broker: BrokerProcess) -> None:
         )
         bad = _produce(client, "crc-topic", bytes(batch))
         assert bad.error_code == ErrorCode.CORRUPT_MESSAGE
-        transactional = build_batch(
-            [(None, b"t", [])], producer_id=1, producer_epoch=0, base_sequence=0, transactional=True
-        )
+        # A transactional batch needs a producer id (transactions: tests/integration/
+        # test_txn_partition.py).
+        transactional = build_batch([(None, b"t", [])], transactional=True)
         assert (
             _produce(client, "crc-topic", bytes(transactional)).error_code
-            == ErrorCode.INVALID_TXN_STATE
+            == ErrorCode.INVALID_RECORD
         )
         control = build_batch([(b"\x00\x00\x00\x01", b"", [])], control=True)
         assert _produce(client, "crc-topic", bytes(control)).error_code == ErrorCode.INVALID_RECORD

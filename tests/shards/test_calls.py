@@ -30,6 +30,7 @@ from shards.calls import (
     read,
     segments,
     topics,
+    txn_marker,
     watch,
 )
 from shards.calls.base import BATCH, REPLY
@@ -51,12 +52,16 @@ def crossed(value: Any) -> Any:
         produce.ProduceAnswer(produce.PHASE_ONE),
         produce.ProduceAnswer(produce.PHASE_ONE | produce.PHASE_TWO, 0, 42, -1, 7, None),
         produce.ProduceAnswer(produce.PHASE_TWO, 87, message="over max.message.bytes"),
-        read.ReadCall("t", 0, 10, 1 << 20, -1, 1 << 20, 0, True),
-        read.ReadAnswer(0, 12, 0, ["/data/t-0/00000000000000000000.log", 0, 300, 2, 99]),
-        read.ReadAnswer(6, -1, -1, None),
+        read.ReadCall("t", 0, 10, 1 << 20, -1, 1 << 20, 0, True, False),
+        read.ReadCall("t", 0, 10, 1 << 20, -1, 1 << 20, 0, False, True),
+        read.ReadAnswer(0, 12, 0, ["/data/t-0/00000000000000000000.log", 0, 300, 2, 99], 12,
+                        None),
+        read.ReadAnswer(0, 12, 0, None, 7, [[1000, 3], [1001, 5]]),
+        read.ReadAnswer(6, -1, -1, None, -1, None),
         watch.WatchCall("t", 1, 12),
         watch.WatchAnswer(-1),
-        list_offset.ListOffsetCall("t", 0, -2, -1),
+        list_offset.ListOffsetCall("t", 0, -2, -1, False),
+        list_offset.ListOffsetCall("t", 0, -1, -1, True),
         list_offset.ListOffsetAnswer(0, -1, 0, 0),
         epoch_end.EpochEndCall("t", 0, 3, 3),
         epoch_end.EpochEndAnswer(0, 3, 120),
@@ -67,6 +72,8 @@ def crossed(value: Any) -> Any:
         info.InfoAnswer(None),
         segments.ForgetSegmentsCall(["/data/t-0/00000000000000000000.log"]),
         topics.TopicsCall(),
+        txn_marker.TxnMarkerCall("t", 2, 1000, 3, True, 7),
+        txn_marker.TxnMarkerAnswer(47),
     ],
     ids=lambda h: type(h).__name__,
 )
@@ -103,7 +110,7 @@ def test_a_topic_table_crosses_whole() -> None:
 
 def test_every_call_has_a_kind_of_its_own() -> None:
     kinds = [m.KIND for m in (produce, read, watch, list_offset, epoch_end, delete_records,
-                              info, controller, topics, segments, group)]
+                              info, controller, topics, segments, group, txn_marker)]
     assert len(set(kinds)) == len(kinds) and not {REPLY, BATCH} & set(kinds)
     assert set(kinds) <= set(SERVE)
 

@@ -9,18 +9,25 @@ them. Shapes (PROTOCOL.md next to this file is the one-page description):
           ->  {v, id, error: 0, node: id, nodes: {id: "host:port"},
                topics: {name: [leader node id of partition 0, 1, ...]},   (-1: none known)
                isr: {name: [[in-sync node ids of partition 0], ...]}}     (optional)
-    offsets   {v, id, op: "offsets", queries: [[topic, partition, timestamp]], any_replica?}
+    offsets   {v, id, op: "offsets", queries: [[topic, partition, timestamp]], any_replica?,
+               read_committed?}
           ->  {v, id, error: 0, results: [[error, offset]]}       (one per query, in order)
-              timestamp -2: earliest (log start), -1: latest (high watermark), >= 0: the first
-              offset whose timestamp is at least that (-1 when there is none)
-    fetch     {v, id, op: "fetch", topic, partition, offset, max_bytes, any_replica?}
-          ->  {v, id, error, log_start, high_watermark, bytes} + [records frame if bytes > 0]
+              timestamp -2: earliest (log start), -1: latest (high watermark; with
+              read_committed the last stable offset), >= 0: the first offset whose timestamp
+              is at least that (-1 when there is none)
+    fetch     {v, id, op: "fetch", topic, partition, offset, max_bytes, any_replica?,
+               read_committed?}
+          ->  {v, id, error, log_start, high_watermark, last_stable_offset, bytes,
+               aborted?} + [records frame if bytes > 0]
+              read_committed: only whole batches below the last stable offset, and
+              `aborted`: [[producer id, first offset]] of the aborted transactions that
+              overlap what could be read (Kafka's Fetch AbortedTransactions)
 
 A node answers for the partitions it has a replica of. Without `any_replica` only their
 leader answers (others: NOT_LEADER_OR_FOLLOWER); with it, any replica answers fetches and
 earliest/latest offsets up to the high watermark it knows (timestamp queries stay the
 leader's). Fields added to version 1 are optional both ways: an older node ignores
-`any_replica` and leaves out `isr`.
+`any_replica` and `read_committed` and leaves out `isr`, `last_stable_offset` and `aborted`.
 
 An error reply to anything: {v, id, error: code != 0, message}. Codes are Kafka's error codes
 (OFFSET_OUT_OF_RANGE 1, UNKNOWN_TOPIC_OR_PARTITION 3, ...) plus the reader's own below.
@@ -137,26 +144,37 @@ def metadata_request(correlation: int, topics: list[str] | None = None) -> dict[
 
 
 def offsets_request(
-    correlation: int, queries: list[tuple[str, int, int]], any_replica: bool = False
+    correlation: int, queries: list[tuple[str, int, int]], any_replica: bool = False,
+    read_committed: bool = False,
 ) -> dict[str, Any]:
-    request = {"v": VERSION, "id": correlation, "op": "offsets",
-               "queries": [list(q) for q in queries]}
-    return {**request, "any_replica": True} if any_replica else request
+    request: dict[str, Any] = {"v": VERSION, "id": correlation, "op": "offsets",
+                               "queries": [list(q) for q in queries]}
+    return _flags(request, any_replica, read_committed)
 
 
 def fetch_request(
     correlation: int, topic: str, partition: int, offset: int, max_bytes: int,
-    any_replica: bool = False,
+    any_replica: bool = False, read_committed: bool = False,
 ) -> dict[str, Any]:
     request = {"v": VERSION, "id": correlation, "op": "fetch", "topic": topic,
                "partition": partition, "offset": offset, "max_bytes": max_bytes}
-    return {**request, "any_replica": True} if any_replica else request
+    return _flags(request, any_replica, read_committed)
+
+
+def _flags(request: dict[str, Any], any_replica: bool, read_committed: bool) -> dict[str, Any]:
+    """The optional flags, present only when set (an older node never sees them)."""
+    if any_replica:
+        request["any_replica"] = True
+    if read_committed:
+        request["read_committed"] = True
+    return request
 
 
 @dataclass(frozen=True, slots=True)
 class OffsetsRequest:
     queries: list[tuple[str, int, int]]  # (topic, partition, timestamp)
     any_replica: bool = False
+    read_committed: bool = False  # latest is the last stable offset
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,6 +184,7 @@ class FetchRequest:
     offset: int
     max_bytes: int
     any_replica: bool = False
+    read_committed: bool = False  # below the last stable offset, aborted listed
 
 
 def parse_request(message: dict[str, Any]) -> tuple[str, Any]:
@@ -193,7 +212,8 @@ def parse_request(message: dict[str, Any]) -> tuple[str, Any]:
                     and query[1] >= 0 and query[2] >= EARLIEST):
                 raise ProtocolError(f"offsets: bad query {query!r:.80}")
             parsed.append((query[0], query[1], query[2]))
-        return op, OffsetsRequest(parsed, _any_replica(message))
+        return op, OffsetsRequest(parsed, _flag(message, "any_replica"),
+                                  _flag(message, "read_committed"))
     if op == "fetch":
         topic: Any = message.get("topic")
         partition: Any = message.get("partition")
@@ -205,14 +225,14 @@ def parse_request(message: dict[str, Any]) -> tuple[str, Any]:
         if partition < 0 or offset < 0 or max_bytes < 1:
             raise ProtocolError("fetch: partition, offset must be >= 0 and max_bytes >= 1")
         return op, FetchRequest(topic, partition, offset, min(max_bytes, fetch_bytes_max),
-                                _any_replica(message))
+                                _flag(message, "any_replica"), _flag(message, "read_committed"))
     raise ProtocolError(f"unknown op {op!r:.40}")
 
 
-def _any_replica(message: dict[str, Any]) -> bool:
-    value = message.get("any_replica", False)
+def _flag(message: dict[str, Any], name: str) -> bool:
+    value = message.get(name, False)
     if not isinstance(value, bool):
-        raise ProtocolError("any_replica must be true or false")
+        raise ProtocolError(f"{name} must be true or false")
     return value
 
 
