@@ -46,6 +46,8 @@ class BrokerSettings:
     group_offset_retention_sec: int = 7 * 24 * 3600  # offsets of a group Empty this long go
     group_offset_retention_check_ms: int = 600_000  # how often the coordinator looks
     partitions_max: int = 100_000  # partitions the node may own (topic_partitions_per_shard)
+    transaction_max_timeout_ms: int = 900_000  # Kafka's transaction.max.timeout.ms
+    transactional_id_expiration_ms: int = 7 * 24 * 3600 * 1000  # idle ids are forgotten
 
 
 @dataclass(frozen=True, slots=True)

@@ -137,6 +137,12 @@ class NodeConfig:
     # 7 days); looked for this often (Redpanda's names).
     group_offset_retention_sec: int = 7 * 24 * 3600
     group_offset_retention_check_ms: int = 600_000
+    # Kafka's transaction.max.timeout.ms: an InitProducerId asking a longer transaction
+    # timeout is answered INVALID_TRANSACTION_TIMEOUT.
+    transaction_max_timeout_ms: int = 900_000
+    # Kafka's transactional.id.expiration.ms: a transactional id with no transaction for this
+    # long is forgotten (its producer id with it).
+    transactional_id_expiration_ms: int = 7 * 24 * 3600 * 1000
     storage_mode: str = "buffered"  # "buffered" (page cache) or "direct" (O_DIRECT)
     # Produces are refused (KAFKA_STORAGE_ERROR) while the data disk has less free than this
     # (Redpanda's name; storage/free_space.py); 0: no guard, writes go until ENOSPC.
@@ -177,7 +183,8 @@ class NodeConfig:
                               f"{self.storage_min_free_bytes}")
         if self.pipe_arena_bytes < 0:
             raise ConfigError(f"pipe_arena_bytes must not be negative, not {self.pipe_arena_bytes}")
-        for name in ("group_offset_retention_sec", "group_offset_retention_check_ms"):
+        for name in ("group_offset_retention_sec", "group_offset_retention_check_ms",
+                     "transaction_max_timeout_ms", "transactional_id_expiration_ms"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be at least 1, not {getattr(self, name)}")
         if self.group_initial_rebalance_delay_ms < 0:
@@ -313,7 +320,8 @@ _FIELD_TYPES: dict[str, type] = {
     "pipe_arena_bytes": int, "offsets_topic_partitions": int, "kafka_shards": int,
     "kafka_connections_max": int, "topic_partitions_per_shard": int,
     "group_initial_rebalance_delay_ms": int, "group_offset_retention_sec": int,
-    "group_offset_retention_check_ms": int, "storage_mode": str, "log_level": str,
+    "group_offset_retention_check_ms": int, "transaction_max_timeout_ms": int,
+    "transactional_id_expiration_ms": int, "storage_mode": str, "log_level": str,
     "storage_min_free_bytes": int, "enable_failure_injection": bool,
     "rpc_host": str, "rpc_port": int, "seeds": str, "raft_election_timeout_ms": int,
     "raft_heartbeat_interval_ms": int,

@@ -28,6 +28,14 @@ NOT_COORDINATOR); owning it again reads it again, as another replica may have wr
 
 Handlers find the coordinator with `Services.group_coordinator(group_id)`; the messages below
 carry plain values and a reply callback, so on another shard only the ActorRef differs.
+
+It is also the transaction coordinator of every transactional id whose offsets partition it
+owns (`offsets_partition(transactional_id, N)`, as for a group id): their state is kept in the
+same partitions (a Krill key version, log_records.py), so ownership, loading, replication and
+compaction are the groups'. The state machine is actors/group/transactions.py; its I/O
+(markers, producer ids, timeouts) is the `TxnCoordinator` helper this actor owns, as it owns
+its `PartitionLoader`: here the transaction requests are only queued, dispatched and refused
+like the group ones.
 """
 
 from __future__ import annotations
@@ -55,16 +63,21 @@ from actors.group.log_records import (
     encode_offset_value,
 )
 from actors.group.messages import (
+    AddTxnPartitions,
     CommitOffsets,
     DeleteGroups,
     DeleteOffsets,
     DescribeGroups,
+    DescribeTxns,
+    EndTransaction,
     EnsureReady,
     FetchedOffset,
     FetchOffsets,
     GroupDescription,
     GroupListing,
+    InitTransactional,
     ListGroups,
+    ListTxns,
     OffsetsOwnership,
 )
 from actors.group.state import (
@@ -82,6 +95,7 @@ from actors.group.state import (
     Sync,
     SyncResult,
 )
+from actors.group.txn_coordinator import TXN_MESSAGES, TXN_REQUESTS, TxnCoordinator
 from actors.partition import Produce, ProduceResult
 from actors.runtime import LoopActor
 from actors.services import Services, now_ms
@@ -137,9 +151,14 @@ def _commit_error(error: ErrorCode) -> ErrorCode:
 
 
 def _group_ids(message: Any) -> Sequence[str] | None:
-    """The groups a request is about; None: every group (it waits for every load)."""
-    if isinstance(message, ListGroups):
+    """The groups (or transactional ids) a request is about; None: every group (it waits for
+    every load)."""
+    if isinstance(message, ListGroups | ListTxns):
         return None
+    if isinstance(message, DescribeTxns):
+        return message.transactional_ids
+    if isinstance(message, InitTransactional | AddTxnPartitions | EndTransaction):
+        return (message.transactional_id,)
     if isinstance(message, EnsureReady):
         return None if message.group_id is None else (message.group_id,)
     if isinstance(message, DescribeGroups | DeleteGroups):
@@ -172,6 +191,8 @@ class GroupCoordinator(LoopActor):
         self._waiting: collections.deque[Any] = collections.deque()
         self._expiry_timer: asyncio.TimerHandle | None = None
         self._expiring: set[str] = set()  # groups whose expiry tombstones are being appended
+        self._txns = TxnCoordinator(services, self, self._append, self._partition_of,
+                                    self._incarnation, _commit_error)
         self._handlers: dict[type, Callable[[Any], None]] = {
             Join: self._group_event,
             Sync: self._group_event,
@@ -192,6 +213,9 @@ class GroupCoordinator(LoopActor):
         }
         for kind in LOADER_MESSAGES:
             self._internal[kind] = self._loader.receive
+        for txn_kind in TXN_MESSAGES:
+            self._internal[txn_kind] = self._txns.receive
+        self._handlers.update(self._txns.handlers)
 
     def __str__(self) -> str:
         return "GroupCoordinator"
@@ -225,6 +249,7 @@ class GroupCoordinator(LoopActor):
             handle.cancel()
         self._timers.clear()
         self._loader.cancel_all()
+        self._txns.stop()
         self._waiting.clear()
 
     def on_receive(self, message: Any) -> Any:
@@ -364,6 +389,7 @@ class GroupCoordinator(LoopActor):
                 for effect in group.unload():
                     if isinstance(effect, Reply):
                         effect.to(effect.result)
+        self._txns.unload(partition)
         log.info("%s-%d: no longer owned; %d groups forgotten", OFFSETS_TOPIC, partition,
                  len(gone))
 
@@ -392,6 +418,7 @@ class GroupCoordinator(LoopActor):
         for group_id, offsets in load.offsets.items():
             if offsets:
                 self._group(group_id)
+        self._txns.loaded(load.partition, load.coordinator_epoch, load.transactions)
         if self._expiry_timer is None:
             self._schedule_expiry()
         log.info(
@@ -406,7 +433,9 @@ class GroupCoordinator(LoopActor):
 
     def _refuse(self, message: Any, error: ErrorCode) -> None:
         """Answer a request that cannot be served here (now) with `error`."""
-        if isinstance(message, Join):
+        if isinstance(message, TXN_REQUESTS):
+            self._txns.refuse(message, error)
+        elif isinstance(message, Join):
             message.reply(JoinResult(error, member_id=message.member_id))
         elif isinstance(message, Sync):
             message.reply(SyncResult(error))

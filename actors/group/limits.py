@@ -21,3 +21,27 @@ load_read_bytes_max = 4 * 1024 * 1024
 
 # Kafka's offset.metadata.max.bytes: longer commit metadata is OFFSET_METADATA_TOO_LARGE.
 offset_metadata_chars_max = 4096
+
+# Transactional ids one coordinator remembers (Kafka has no bound). At this many, a new id
+# makes the oldest completed one be forgotten (tombstoned); if none is completed, the new id's
+# InitProducerId is answered COORDINATOR_NOT_AVAILABLE and the client retries (an Ongoing
+# transaction ends within transaction.max.timeout.ms).
+transactional_ids_max = 20_000
+
+# Partitions in one transaction (Kafka has no bound): its record in `__consumer_offsets`
+# stays far below message.max.bytes. Beyond it AddPartitionsToTxn is an INVALID_REQUEST.
+partitions_per_transaction_max = 10_000
+
+# A transaction marker a partition refused with a retriable error (its leader moving) is
+# sent again after this, doubled per try up to the max, for as long as the transaction is
+# this coordinator's (Kafka's marker channel retries for ever too).
+marker_retry_backoff_ms_min = 50
+marker_retry_backoff_ms_max = 2_000
+
+# A failed append of the coordinator's own transition (CompleteCommit after the markers) is
+# tried again after this.
+txn_persist_retry_ms = 500
+
+# How often the coordinator looks for Ongoing transactions past their timeout and idle ids
+# past their expiration, at most (it wakes at the next such deadline, or after this).
+txn_check_interval_ms_max = 10_000

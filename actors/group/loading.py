@@ -2,9 +2,10 @@
 actor and replayed into the groups and offsets it describes, kept apart until the load is
 whole and then handed to the coordinator.
 
-Replay (`PartitionLoad.replay`): the last value per key wins and a null value (a tombstone)
-deletes the key, as compaction would; control batches are skipped. A load is done once it
-has replayed up to its `target`, the log end the partition had when the load began. On a new
+Replay (`PartitionLoad.replay`) of groups, offsets and transactional ids: the last value per
+key wins and a null value (a tombstone) deletes the key, as compaction would; control
+batches are skipped. A load is done once it has replayed up to its `target`, the log end the
+partition had when the load began. On a new
 Raft leader that end includes entries not yet committed; they are committed (by the leader's
 first entry of its term) before its high watermark passes them, so a load reads only up to
 the high watermark and waits for it to reach the target. What a load replays never touches
@@ -35,10 +36,13 @@ from actors.group.log_records import (
     GroupKey,
     OffsetKey,
     OffsetValue,
+    TransactionKey,
     decode_group_value,
     decode_key,
     decode_offset_value,
+    decode_transaction_value,
 )
+from actors.group.transactions import TxnMetadata
 from actors.partition import FetchBudget, PartitionInfo, Read, ReadResult
 from actors.services import Services, now_ms
 from actors.watermarks import Waiter
@@ -88,6 +92,10 @@ class PartitionLoad:
     target: int | None = None  # the log end to replay up to; None until the partition says
     offsets: dict[str, Offsets] = field(default_factory=dict)  # group id -> committed
     restored: dict[str, GroupSnapshot] = field(default_factory=dict)  # last metadata
+    transactions: dict[str, TxnMetadata] = field(default_factory=dict)  # transactional ids
+    # The epoch transaction markers carry while this load is served: the partition's leader
+    # epoch when its PartitionInfo says it, else the load's id (it grows with every load).
+    coordinator_epoch: int = 0
     waiter: Waiter | None = None  # set while it waits for the high watermark to move
 
     def cancel(self) -> None:
@@ -125,6 +133,11 @@ class PartitionLoad:
                     offsets.pop((key.topic, key.partition), None)
                 else:
                     offsets[(key.topic, key.partition)] = decode_offset_value(value)
+            elif isinstance(key, TransactionKey):
+                if value is not None:
+                    self.transactions[key.transactional_id] = decode_transaction_value(value)
+                else:
+                    self.transactions.pop(key.transactional_id, None)
             elif isinstance(key, GroupKey):
                 if value is not None:
                     self.restored[key.group_id] = decode_group_value(value)
@@ -197,6 +210,7 @@ class PartitionLoader:
             self._fail(load, ErrorCode.NOT_LEADER_OR_FOLLOWER, 0)
             return
         load.target = int(m.info["next_offset"])
+        load.coordinator_epoch = int(m.info.get("leader_epoch", load.load_id))
         self._read(load, int(m.info["log_start_offset"]))
 
     def _on_read(self, m: _Loaded) -> None:

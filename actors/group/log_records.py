@@ -17,8 +17,19 @@ log, and the other way round. Keys carry a version that says what they are:
                                      | rebalance_timeout int32 (v1+) | session_timeout int32
                                      | subscription bytes | assignment bytes]
 
+    TransactionKey  v32000 (Krill's own; Kafka keeps transactions in `__transaction_state`,
+                    and its offsets-topic key versions stop far below): version int16
+                    | transactional_id string
+    TransactionValue v0: version int16 | producer_id int64 | producer_epoch int16
+                    | last_producer_epoch int16 | timeout_ms int32 | state int8
+                    | start_ms int64 | last_update_ms int64
+                    | topics [topic string | partitions [int32]]
+                    (state: 0 Empty, 1 Ongoing, 2 PrepareCommit, 3 PrepareAbort,
+                    4 CompleteCommit, 5 CompleteAbort, 6 Dead)
+
 Strings are int16-length UTF-8 (-1 for null), bytes int32-length, arrays int32-count. A record
 whose value is null (a tombstone) deletes its key: compaction keeps only the last per key.
+Kafka's tools skip the transaction records (a key version they do not know).
 """
 
 from __future__ import annotations
@@ -27,6 +38,7 @@ import struct
 from dataclasses import dataclass
 
 from actors.group.events import GroupSnapshot, MemberSnapshot
+from actors.group.transactions import TxnMetadata, TxnState
 from wire.errors import DecodeError
 
 __all__ = [
@@ -40,12 +52,19 @@ __all__ = [
     "decode_key",
     "decode_offset_value",
     "decode_group_value",
+    "TransactionKey",
+    "encode_transaction_key",
+    "encode_transaction_value",
+    "decode_transaction_value",
 ]
 
 _OFFSET_KEY_VERSION = 1
 _GROUP_KEY_VERSION = 2
 _OFFSET_VALUE_VERSION = 3
 _GROUP_VALUE_VERSION = 3
+_TRANSACTION_KEY_VERSION = 32000
+_TRANSACTION_VALUE_VERSION = 0
+_TXN_STATES = list(TxnState)  # their persisted codes are their order
 
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
@@ -62,6 +81,11 @@ class OffsetKey:
 @dataclass(frozen=True, slots=True)
 class GroupKey:
     group_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class TransactionKey:
+    transactional_id: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,6 +156,33 @@ def encode_group_value(snapshot: GroupSnapshot) -> bytes:
     return bytes(out)
 
 
+def encode_transaction_key(transactional_id: str) -> bytes:
+    out = bytearray(_I16.pack(_TRANSACTION_KEY_VERSION))
+    _string(out, transactional_id)
+    return bytes(out)
+
+
+def encode_transaction_value(meta: TxnMetadata) -> bytes:
+    out = bytearray(_I16.pack(_TRANSACTION_VALUE_VERSION))
+    out += _I64.pack(meta.producer_id)
+    out += _I16.pack(meta.producer_epoch)
+    out += _I16.pack(meta.last_producer_epoch)
+    out += _I32.pack(meta.timeout_ms)
+    out.append(_TXN_STATES.index(meta.state))
+    out += _I64.pack(meta.start_ms)
+    out += _I64.pack(meta.last_update_ms)
+    topics: dict[str, list[int]] = {}
+    for topic, partition in sorted(meta.partitions):
+        topics.setdefault(topic, []).append(partition)
+    out += _I32.pack(len(topics))
+    for topic, partitions in topics.items():
+        _string(out, topic)
+        out += _I32.pack(len(partitions))
+        for partition in partitions:
+            out += _I32.pack(partition)
+    return bytes(out)
+
+
 # Reading ----------------------------------------------------------------------------------
 
 
@@ -148,6 +199,9 @@ class _Reader:
         data = self.buf[self.pos : self.pos + n]
         self.pos += n
         return data
+
+    def int8(self) -> int:
+        return self._take(1)[0]
 
     def int16(self) -> int:
         return int(_I16.unpack(self._take(2))[0])
@@ -178,7 +232,7 @@ class _Reader:
         return b"" if n == -1 else self._take(n)
 
 
-def decode_key(data: bytes) -> OffsetKey | GroupKey | None:
+def decode_key(data: bytes) -> OffsetKey | GroupKey | TransactionKey | None:
     """The key of one record; None for a key version this broker does not keep (Kafka's
     transaction markers and future kinds are skipped, not fatal)."""
     r = _Reader(data)
@@ -187,6 +241,8 @@ def decode_key(data: bytes) -> OffsetKey | GroupKey | None:
         return OffsetKey(r.string(), r.string(), r.int32())
     if version == _GROUP_KEY_VERSION:
         return GroupKey(r.string())
+    if version == _TRANSACTION_KEY_VERSION:
+        return TransactionKey(r.string())
     return None
 
 
@@ -235,3 +291,32 @@ def decode_group_value(data: bytes) -> GroupSnapshot:
             )
         )
     return GroupSnapshot(protocol_type, generation, protocol, leader, timestamp, tuple(members))
+
+
+def decode_transaction_value(data: bytes) -> TxnMetadata:
+    r = _Reader(data)
+    version = r.int16()
+    if version != _TRANSACTION_VALUE_VERSION:
+        raise DecodeError(f"TransactionValue version {version} is not 0")
+    producer_id = r.int64()
+    epoch = r.int16()
+    last_epoch = r.int16()
+    timeout_ms = r.int32()
+    code = r.int8()
+    if code >= len(_TXN_STATES):
+        raise DecodeError(f"TransactionValue state {code} is unknown")
+    start_ms = r.int64()
+    last_update_ms = r.int64()
+    partitions = set()
+    topics = r.int32()
+    if topics < 0:
+        raise DecodeError("TransactionValue has a negative topic count")
+    for _ in range(topics):
+        topic = r.string()
+        count = r.int32()
+        if count < 0 or count > len(r.buf):
+            raise DecodeError("TransactionValue has a bad partition count")
+        for _ in range(count):
+            partitions.add((topic, r.int32()))
+    return TxnMetadata(producer_id, epoch, last_epoch, timeout_ms, _TXN_STATES[code],
+                       frozenset(partitions), start_ms, last_update_ms)

@@ -2,6 +2,11 @@
 values and a reply callback each, so a coordinator on another shard differs only by its
 ActorRef. Requests for a group id go to `Services.group_coordinator(group_id)`.
 
+The transaction messages (`InitTransactional`, `AddTxnPartitions`, `EndTransaction`,
+`DescribeTxns`, `ListTxns`) go to the coordinator of the transactional id, found the same way
+(`Services.group_coordinator(transactional_id)`): it owns the id's `__consumer_offsets`
+partition. Their replies carry plain values only (they cross shards generically).
+
 `OffsetsOwnership` is the one message from the shard itself rather than a request: which
 `__consumer_offsets` partitions the coordinator owns, as their leadership moves.
 """
@@ -29,6 +34,13 @@ __all__ = [
     "GroupListing",
     "DeleteGroups",
     "DeleteOffsets",
+    "InitTransactional",
+    "AddTxnPartitions",
+    "EndTransaction",
+    "TxnDescription",
+    "DescribeTxns",
+    "TxnListing",
+    "ListTxns",
 ]
 
 
@@ -124,3 +136,67 @@ class DeleteOffsets(NamedTuple):
     group_id: str
     partitions: list[tuple[str, int]]
     reply: Callable[[ErrorCode, list[ErrorCode]], None]  # top-level, one per partition
+
+
+# Transactions (actors/group/transactions.py) ------------------------------------------------
+
+
+class InitTransactional(NamedTuple):
+    """InitProducerId with a transactional id: `reply(error, producer_id, producer_epoch)`.
+    `producer_id`/`producer_epoch`: the producer's current ones (v3+, KIP-360), else -1."""
+
+    transactional_id: str
+    timeout_ms: int
+    producer_id: int
+    producer_epoch: int
+    reply: Callable[[ErrorCode, int, int], None]
+
+
+class AddTxnPartitions(NamedTuple):
+    """AddPartitionsToTxn: one error for every partition (`reply(error)`)."""
+
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    partitions: list[tuple[str, int]]
+    reply: Callable[[ErrorCode], None]
+
+
+class EndTransaction(NamedTuple):
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    commit: bool
+    reply: Callable[[ErrorCode], None]
+
+
+class TxnDescription(NamedTuple):
+    transactional_id: str
+    error: ErrorCode  # NOT_COORDINATOR, TRANSACTIONAL_ID_NOT_FOUND, or NONE
+    state: str = ""  # Kafka's names: "Ongoing", "CompleteCommit", ...
+    timeout_ms: int = 0
+    start_ms: int = -1
+    producer_id: int = -1
+    producer_epoch: int = -1
+    partitions: list[tuple[str, int]] = []
+
+
+class DescribeTxns(NamedTuple):
+    transactional_ids: list[str]
+    reply: Callable[[list[TxnDescription]], None]  # one per id, in order
+
+
+class TxnListing(NamedTuple):
+    transactional_id: str
+    producer_id: int
+    state: str
+
+
+class ListTxns(NamedTuple):
+    """Every transactional id of the coordinator, filtered: by state names and producer ids
+    (empty: any), and running longer than `min_duration_ms` (-1: any)."""
+
+    states: list[str]
+    producer_ids: list[int]
+    min_duration_ms: int
+    reply: Callable[[list[TxnListing]], None]

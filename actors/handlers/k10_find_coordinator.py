@@ -4,18 +4,12 @@ v1 adds KeyType (0 group, 1 transaction), throttle time and an error message; v2
 v3 flexible; v4 batches keys (CoordinatorKeys in, Coordinators out; kafka-python 3 uses it as
 it takes the broker's max). A group key is answered once its coordinator has
 `__consumer_offsets` created and loaded, so the client's next request finds it ready. The
-coordinator lives on this node (one node so far), on the shard that owns the group's
-offsets partition.
+coordinator lives on the node (and shard) that owns the group's offsets partition.
 
-Transactions are not implemented, so a transaction key is refused at once with
-TRANSACTIONAL_ID_AUTHORIZATION_FAILED, which is what Kafka answers a principal that may not
-DESCRIBE the transactional id. It is the one answer every client treats as final here:
-librdkafka raises a fatal error (rdkafka_txnmgr.c, rd_kafka_txn_handle_FindCoordinator), the
-Java client (TransactionManager.FindCoordinatorHandler) and kafka-python 3 fail
-`init_transactions`, aiokafka fails `start()`. A retriable error (COORDINATOR_NOT_AVAILABLE)
-kept them retrying until their own timeout, aiokafka for ever; Redpanda's answer with
-transactions off, UNSUPPORTED_VERSION, is retried by librdkafka too. InitProducerId refuses a
-transactional id with the same error. Any other key type is an INVALID_REQUEST, as in Kafka.
+A transaction key (KeyType 1) is answered exactly as a group key: a transactional id's
+coordinator is the GroupCoordinator that owns `offsets_partition(transactional_id, N)`, its
+state kept in the same partitions (actors/group/transactions.py). Any other key type is an
+INVALID_REQUEST, as in Kafka.
 """
 
 from __future__ import annotations
@@ -38,7 +32,6 @@ REQUEST = FindCoordinatorRequest
 
 _GROUP_KEY = 0
 _TRANSACTION_KEY = 1
-_NO_TRANSACTIONS = "transactions are not supported by this broker"
 
 
 def handle(ctx: Any, request: FindCoordinatorRequest) -> None:
@@ -74,9 +67,7 @@ def handle(ctx: Any, request: FindCoordinatorRequest) -> None:
 
     join = Join(len(keys), done)
     for index, key in enumerate(keys):
-        if key_type == _TRANSACTION_KEY:
-            join.fill(index, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
-        elif key_type != _GROUP_KEY:
+        if key_type not in (_GROUP_KEY, _TRANSACTION_KEY):
             join.fill(index, ErrorCode.INVALID_REQUEST)
         elif services.cluster and OFFSETS_TOPIC in services.topics().topics:
             join.fill(index, ErrorCode.NONE)  # its leader coordinates (done, above)
@@ -87,6 +78,4 @@ def handle(ctx: Any, request: FindCoordinatorRequest) -> None:
 def _message(error: ErrorCode) -> str | None:
     if error == ErrorCode.NONE:
         return None
-    if error == ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
-        return _NO_TRANSACTIONS
     return error.name
