@@ -62,9 +62,9 @@ def _values(broker: BrokerProcess, topic: str, isolation: str, *until: bytes,
         deadline = time.monotonic() + _POLL_LIMIT_S
         while not set(until) <= set(got) and time.monotonic() < deadline:
             msg = consumer.poll(0.2)
-            if msg is None or msg.error() or msg.value() is None:
-                continue
-            got.append(msg.value())
+            value = None if msg is None or msg.error() else msg.value()
+            if value is not None:
+                got.append(value)
         assert set(until) <= set(got), f"{until!r} not read ({isolation}); read {got}"
         return got
     finally:
