@@ -200,7 +200,9 @@ class TransactionTable:
             producer_id, epoch, last = fresh_id, 0, -1
         else:
             producer_id, epoch = meta.producer_id, meta.producer_epoch + 1
-            last = meta.producer_epoch
+            # Only the producer's own bump may be retried (KIP-360): a new producer's clears
+            # the last epoch, so the fenced one cannot claim the new epoch as its retry.
+            last = meta.producer_epoch if expected_id >= 0 else -1
         target = replace(meta, producer_id=producer_id, producer_epoch=epoch,
                          last_producer_epoch=last, timeout_ms=timeout_ms, state=TxnState.EMPTY,
                          partitions=frozenset(), start_ms=-1, last_update_ms=now_ms)

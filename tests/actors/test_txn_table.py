@@ -199,6 +199,10 @@ def test_kip_360_expected_producer() -> None:
     assert init(table, expected=(7, 5)) == (E.PRODUCER_FENCED, -1, -1)
     assert init(table, expected=(9, 1)) == (E.PRODUCER_FENCED, -1, -1)
     assert init(table, expected=(7, 1)) == (E.NONE, 7, 2)
+    # A new producer of the id (no expected epoch) fences the old one: its bump from its
+    # epoch is no retry any more.
+    assert init(table) == (E.NONE, 7, 3)
+    assert init(table, expected=(7, 2)) == (E.PRODUCER_FENCED, -1, -1)
 
 
 def test_exhausted_epoch_takes_a_new_producer_id() -> None:
