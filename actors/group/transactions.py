@@ -145,6 +145,9 @@ class TransactionTable:
         self.entries: dict[str, TxnMetadata] = {}
         self._pending: dict[str, _Pending] = {}
         self._marking: set[str] = set()  # ids whose markers are being written
+        # The earliest deadline `tick` has to meet, kept as entries change so that a request
+        # never scans the table (only `tick` does); None: none known.
+        self._deadline_ms: int | None = None
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -267,8 +270,12 @@ class TransactionTable:
     # The coordinator's own transitions ------------------------------------------------------
 
     def tick(self, now_ms: int) -> list[Any]:
-        """Abort what is Ongoing past its timeout; forget ids idle past the expiration."""
+        """Abort what is Ongoing past its timeout; forget ids idle past the expiration. The
+        one scan of the whole table: it also finds the next deadline. An id changing now is
+        noted once its record lands; if that append fails, the glue's next periodic tick
+        (at most `txn_check_interval_ms_max` away) finds it again."""
         effects: list[Any] = []
+        self._deadline_ms = None
         for transactional_id, meta in list(self.entries.items()):
             if self.busy(transactional_id):
                 continue
@@ -277,16 +284,25 @@ class TransactionTable:
             elif meta.state in _COMPLETED and (
                     now_ms >= meta.last_update_ms + self.expiration_ms):
                 effects += self._persist(transactional_id, None)
+            else:
+                self._note(meta)
         return effects
 
     def next_deadline_ms(self) -> int | None:
-        """When `tick` next has something to do (None: nothing known)."""
-        deadlines = [
-            meta.start_ms + meta.timeout_ms if meta.state == TxnState.ONGOING
-            else meta.last_update_ms + self.expiration_ms
-            for meta in self.entries.values() if meta.state not in _PREPARED
-        ]
-        return min(deadlines, default=None)
+        """When `tick` next has something to do (None: nothing known). It may be earlier
+        than the truth (an id changed since it was noted), never later: a tick then finds
+        nothing to do and notes the true one."""
+        return self._deadline_ms
+
+    def _note(self, meta: TxnMetadata) -> None:
+        if meta.state in _PREPARED:
+            return  # its markers are out; it completes without the clock
+        if meta.state == TxnState.ONGOING:
+            deadline = meta.start_ms + meta.timeout_ms
+        else:
+            deadline = meta.last_update_ms + self.expiration_ms
+        if self._deadline_ms is None or deadline < self._deadline_ms:
+            self._deadline_ms = deadline
 
     def resume(self, loaded: dict[str, TxnMetadata]) -> list[Any]:
         """Take over the ids of a partition just loaded: a Prepare state is completed (its
@@ -294,6 +310,7 @@ class TransactionTable:
         effects: list[Any] = []
         for transactional_id, meta in loaded.items():
             self.entries[transactional_id] = meta
+            self._note(meta)
             if meta.state in _PREPARED:
                 self._marking.add(transactional_id)
                 effects.append(_markers(transactional_id, meta))
@@ -333,6 +350,7 @@ class TransactionTable:
             self.entries.pop(transactional_id, None)
         else:
             self.entries[transactional_id] = pending.target
+            self._note(pending.target)
         effects: list[Any] = [pending.reply] if pending.reply is not None else []
         for effect in pending.follow:
             if isinstance(effect, WriteMarkers):

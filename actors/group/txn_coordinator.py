@@ -351,12 +351,7 @@ class TxnCoordinator:
         now = now_ms()
         deadline = self.table.next_deadline_ms()
         latest = now + limits.txn_check_interval_ms_max
-        if deadline is None:
-            wake = latest
-        elif deadline < now:  # its transition failed to persist: try again a little later
-            wake = now + limits.txn_persist_retry_ms
-        else:
-            wake = min(deadline, latest)
+        wake = latest if deadline is None else max(min(deadline, latest), now)
         if self._timer is not None and self._timer_at_ms is not None and (
                 self._timer_at_ms <= wake):
             return

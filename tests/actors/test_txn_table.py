@@ -319,3 +319,15 @@ def test_record_round_trip() -> None:
 def _with(meta: TxnMetadata, **changes: Any) -> TxnMetadata:
     from dataclasses import replace
     return replace(meta, **changes)
+
+
+def test_next_deadline_is_kept_without_scans_and_never_late() -> None:
+    table = new_table()
+    init(table, "a", timeout=5_000, now=0, fresh=1)
+    assert table.next_deadline_ms() == EXPIRATION_MS  # a's expiry
+    add(table, 1, 0, "a", now=100)
+    assert table.next_deadline_ms() == 5_100  # its timeout, noted as it went Ongoing
+    end(table, 1, 0, True, "a", now=200)
+    assert table.next_deadline_ms() == 5_100  # stale (earlier than the truth), not late
+    assert table.tick(5_100) == []  # nothing to do: the scan notes the true deadline
+    assert table.next_deadline_ms() == 200 + EXPIRATION_MS
