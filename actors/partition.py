@@ -629,11 +629,11 @@ class Partition(LoopActor):
         """Tell the shard's watermark table (long polls, idle reads) what changed. A replica
         that does not lead has nothing to publish: reads go to it and are refused."""
         assert self._log is not None
-        hwm, start = self.high_watermark, self._log.log_start_offset
-        self._txns.committed(hwm)  # markers below it are final (every replica's)
+        self._txns.committed(self.high_watermark)  # every replica's: markers below are final
         if not self._leading:
             self.services.long_polls.gone((self.topic, self.index))
             return
+        hwm, start = self.high_watermark, self._log.log_start_offset
         # The last stable offset moves only with the high watermark (a marker counts once
         # it is committed), so a read_committed long poll waits on the same notices.
         at_end = ReadResult(ErrorCode.NONE, hwm, start, None, self._last_stable_offset())
@@ -697,9 +697,12 @@ class Partition(LoopActor):
         m.reply(result)
 
     def _last_stable_offset(self) -> int:
-        """Where read_committed reads stop (actors/txn_state.py)."""
+        """Where read_committed reads stop (actors/txn_state.py). The markers below the high
+        watermark are made final first: a rebuild after a cut does not move it."""
         assert self._log is not None
-        return self._txns.last_stable_offset(self.high_watermark, self._log.log_start_offset)
+        hwm = self.high_watermark
+        self._txns.committed(hwm)
+        return self._txns.last_stable_offset(hwm, self._log.log_start_offset)
 
     def _list_offset(self, m: ListOffset, attempts: int = 0) -> None:
         try:

@@ -24,6 +24,10 @@ table, without a message to the partition (`idle_read`): that is every partition
 long poll, every round. Only the owner writes its entry; everyone on the loop may read it,
 as Seastar code on the owning shard calls the partition directly.
 
+A read_committed fetch waits on the same notices: a partition's last stable offset moves
+only when its high watermark does (a transaction's marker counts once it is committed,
+actors/txn_state.py), so no second mark is kept.
+
 The table knows nothing of shards. For a partition another shard owns, the shard runtime feeds
 `moved` from that shard's notices (shards/watch.py); until one arrives the table holds no
 watermark for it and every watch waits.

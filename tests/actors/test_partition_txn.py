@@ -29,6 +29,7 @@ from actors.partition import (
 from actors.services import BrokerSettings
 from actors.topic_config import TopicSettings
 from actors.txn_state import ABORT, COMMIT, marker_type
+from actors.watermarks import Waiter
 from shards.watch import WatchService
 from storage import FileSlice
 from tests.support.actor_loop import actor_loop, settle
@@ -235,3 +236,16 @@ def test_log_start_past_an_aborted_transaction_forgets_it(partition: Harness) ->
     assert (error, low) == (ErrorCode.NONE, 2)
     assert partition.read(2, True).aborted_transactions == []
     assert partition.info()["aborted_transactions"] == 0
+
+
+def test_a_read_committed_long_poll_wakes_when_a_marker_commits(partition: Harness) -> None:
+    partition.produce([b"x"])
+    at_lso = partition.read(0, True)
+    assert at_lso.records is None and at_lso.last_stable_offset == 0
+    woken: list[bool] = []
+    watching = partition.services.long_polls.watch(
+        ("t", 0), at_lso.high_watermark, Waiter(lambda: woken.append(True)))
+    assert watching  # nothing moved since the read
+    assert partition.marker(commit=True) == ErrorCode.NONE
+    settle(partition.loop, lambda: bool(woken))
+    assert [b.base_offset for b in batches(partition.read(0, True))] == [0, 1]
