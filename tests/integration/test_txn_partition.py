@@ -152,3 +152,47 @@ def test_read_committed_stops_at_an_open_transaction_across_a_kill9(
                            base_sequence=2, transactional=True)
         assert _produce(client, 3, more).error_code == ErrorCode.NONE
         assert _fetch(client, 3, 0, READ_COMMITTED).last_stable_offset == 2
+
+
+def test_a_real_clients_aborted_transaction_is_listed_across_a_kill9(
+        broker: BrokerProcess) -> None:
+    """librdkafka's transactions through the coordinator: the raw Fetch answer lists the
+    aborted one (and not the committed one) with its producer id and first offset, and a
+    kill -9 and restart rebuild the same aborted index from the log."""
+    from confluent_kafka import Producer
+
+    with RawClient(broker.bootstrap) as client:
+        _create(client)
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "tp-1",
+                         "linger.ms": 0})
+    producer.init_transactions(30)
+    for commit in (False, True, False):
+        producer.begin_transaction()
+        for i in range(3):
+            producer.produce(TOPIC, value=b"%d-%d" % (commit, i), partition=0)
+        producer.flush(30)
+        if commit:
+            producer.commit_transaction(30)
+        else:
+            producer.abort_transaction(30)
+
+    def answer() -> tuple[Any, list[Any]]:
+        with RawClient(broker.bootstrap) as client:
+            fetched = _fetch(client, 0, 0, READ_COMMITTED)
+        return fetched, iter_batches(bytearray(fetched.records))
+
+    fetched, headers = answer()
+    data = [h for h in headers if not h.is_control]
+    markers = [h for h in headers if h.is_control]
+    assert len(markers) == 3 and all(h.is_transactional for h in data)
+    pid = data[0].producer_id
+    assert fetched.last_stable_offset == fetched.high_watermark == headers[-1].next_offset
+    firsts = [h.base_offset for h in data]
+    aborted = [(a.producer_id, a.first_offset) for a in fetched.aborted_transactions]
+    # The first and third transactions: each from its first batch (the second is committed).
+    assert aborted == [(pid, firsts[0]), (pid, markers[1].base_offset + 1)]
+    broker.kill9()
+    broker.restart()
+    again, _ = answer()
+    assert [(a.producer_id, a.first_offset) for a in again.aborted_transactions] == aborted
+    assert again.last_stable_offset == fetched.last_stable_offset
