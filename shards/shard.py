@@ -125,6 +125,8 @@ class Shard:
             group_offset_retention_sec=config.group_offset_retention_sec,
             group_offset_retention_check_ms=config.group_offset_retention_check_ms,
             partitions_max=config.topic_partitions_per_shard * shards,
+            transaction_max_timeout_ms=config.transaction_max_timeout_ms,
+            transactional_id_expiration_ms=config.transactional_id_expiration_ms,
         )
         self.metrics = None if config.disable_metrics else ShardMetrics()
         self.disk_space = FreeSpaceGuard(config.storage_min_free_bytes)

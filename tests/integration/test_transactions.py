@@ -245,6 +245,23 @@ def test_transaction_timeout_over_the_max_is_refused(shared_broker: BrokerProces
     assert raised.value.args[0].code() == KafkaError.INVALID_TRANSACTION_TIMEOUT
 
 
+def test_the_nodes_max_transaction_timeout_is_the_setting(tmp_path: Any) -> None:
+    config = tmp_path / "krill.yaml"
+    config.write_text("transaction_max_timeout_ms: 5000\n")
+    node = BrokerProcess(tmp_path / "data", "--config", str(config)).start()
+    try:
+        with RawClient(node.bootstrap) as client:
+            def init(timeout_ms: int) -> Any:
+                return client.call(22, 4, request(
+                    22, transactional_id=_name("tx"), transaction_timeout_ms=timeout_ms,
+                    producer_id=-1, producer_epoch=-1))
+
+            assert init(5001).error_code == ErrorCode.INVALID_TRANSACTION_TIMEOUT
+            assert init(5000).error_code == ErrorCode.NONE
+    finally:
+        node.stop()
+
+
 # Restarts -----------------------------------------------------------------------------------
 
 
