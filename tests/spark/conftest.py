@@ -29,7 +29,7 @@ def spark() -> Iterator[Any]:
     from wire.spark import register
 
     session = (
-        SparkSession.builder.master("local[2]")
+        SparkSession.builder.master("local[2,4]")  # a failed task is tried 4 times
         .appName("krill-tests")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "2")

@@ -213,3 +213,49 @@ def test_realistic_records_read_back_exactly(
            for r in rows}
     assert len(rows) == len(got) == 20_000
     assert got == placed
+
+
+def test_read_committed_skips_aborted_and_stops_at_an_open_transaction(
+    spark: Any, reader_broker: BrokerProcess, kafka: Kafka, topic_name: str
+) -> None:
+    """A committed, an aborted and a still-open transaction, with plain records between:
+    read_committed returns the committed and plain records before the open transaction
+    (the last stable offset), read_uncommitted everything."""
+    from confluent_kafka import Producer
+
+    kafka.create(topic_name)
+
+    def transaction(name: str, values: list[bytes], commit: bool | None) -> Any:
+        producer = Producer({"bootstrap.servers": reader_broker.bootstrap,
+                             "transactional.id": f"{topic_name}-{name}"})
+        producer.init_transactions(30)
+        producer.begin_transaction()
+        for value in values:
+            producer.produce(topic_name, value, partition=0)
+        assert producer.flush(30) == 0
+        if commit is True:
+            producer.commit_transaction(30)
+        elif commit is False:
+            producer.abort_transaction(30)
+        return producer
+
+    committed = [b"c%d" % i for i in range(5)]
+    aborted = [b"a%d" % i for i in range(5)]
+    plain = [b"p%d" % i for i in range(3)]
+    transaction("one", committed, True)
+    transaction("two", aborted, False)
+    kafka.produce(topic_name, [(None, v, []) for v in plain])
+    still_open = transaction("three", [b"o0", b"o1"], None)
+    kafka.produce(topic_name, [(None, b"late", [])])
+    def values(isolation: str) -> list[bytes]:
+        rows = load(spark, reader_broker, topic_name,
+                    **{"kafka.isolation.level": isolation}).orderBy("offset").collect()
+        return [bytes(r.value) for r in rows]
+
+    assert values("read_committed") == committed + plain
+    assert values("read_uncommitted") == committed + aborted + plain + [b"o0", b"o1", b"late"]
+    still_open.commit_transaction(30)
+    assert values("read_committed") == committed + plain + [b"o0", b"o1", b"late"]
+    with pytest.raises(Exception, match="kafka.isolation.level must be"):
+        load(spark, reader_broker, topic_name,
+             **{"kafka.isolation.level": "serializable"}).collect()

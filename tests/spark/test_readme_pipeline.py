@@ -38,7 +38,11 @@ def test_readme_pipeline_runs(reader_broker: BrokerProcess, tmp_path: Path) -> N
     )
     assert run.returncode == 0, run.stderr[-3000:]
     # Batch: seven customers; streaming: 10,000 orders in micro-batches of at most 4,000.
-    assert run.stdout.count("customer-") == 7
+    assert len(re.findall(r"^\|customer-\d", run.stdout, re.M)) == 7  # show()'s table
     batches = re.findall(r"micro-batch \d+: (\d+) orders, value total (\d+)", run.stdout)
     assert [int(n) for n, _ in batches] == [4000, 4000, 2000]
     assert sum(int(total) for _, total in batches) == sum(i % 100 for i in range(10_000))
+    # Back into Krill and out through a Kafka consumer: each customer's total, once.
+    totals = dict(re.findall(r"total (customer-\d): (\d+)", run.stdout))
+    assert totals == {f"customer-{c}": str(sum(i % 100 for i in range(c, 10_000, 7)))
+                      for c in range(7)}

@@ -193,6 +193,8 @@ def test_missing_value_column_is_refused(spark: Any, reader_broker: BrokerProces
     ("kafka.acks", "1", "kafka.acks=1 is refused"),
     ("kafka.enable.idempotence", "false", "kafka.enable.idempotence=false is refused"),
     ("krill.bootstrapServers", "x:1", "(?i)unknown option 'krill.bootstrapServers'"),
+    ("krill.deliveryGuarantee", "none", "(?i)krill.deliveryGuarantee=none is refused"),
+    ("kafka.transactional.id", "mine", "kafka.transactional.id is refused"),
 ])
 def test_unsafe_or_unknown_options_are_refused(
     spark: Any, reader_broker: BrokerProcess, topic_name: str, option: str, value: str,
@@ -204,7 +206,14 @@ def test_unsafe_or_unknown_options_are_refused(
     assert parse_sink_options({"kafka.bootstrap.servers": "h:1", "kafka.acks": "-1",
                                "kafka.linger.ms": "7"}).producer == {
         "bootstrap.servers": "h:1", "acks": "all", "linger.ms": "7",
-        "enable.idempotence": "true"}
+        "enable.idempotence": "true", "transaction.timeout.ms": "300000"}
+    at_least_once = parse_sink_options({"krill.bootstrap": "h:1",
+                                        "krill.deliveryGuarantee": "at-least-once"})
+    assert not at_least_once.exactly_once
+    assert "transaction.timeout.ms" not in at_least_once.producer
+    with pytest.raises(ValueError, match="at-least-once write has no transactions"):
+        parse_sink_options({"krill.bootstrap": "h:1", "krill.deliveryGuarantee": "at-least-once",
+                            "kafka.transaction.timeout.ms": "1000"})
 
 
 def test_full_producer_queue_waits_for_room(reader_broker: BrokerProcess, kafka: Kafka,

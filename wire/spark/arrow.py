@@ -172,9 +172,14 @@ class RowBuilder:
         # the log is concerned (below its start), so they are left out, as a consumer does.
         self.start_offset = max(self.start_offset, self.next_offset)
 
-    def add(self, records: bytes | bytearray | memoryview) -> int:
+    def add(self, records: bytes | bytearray | memoryview,
+            aborted: Iterable[AbortedTransaction] | None = None) -> int:
         """Take the whole batches in `records`; returns how many batches were taken. A trailing
-        partial batch is left (the next fetch starts at `next_offset`)."""
+        partial batch is left (the next fetch starts at `next_offset`). `aborted`: the
+        fetch's aborted transactions (read_committed), which the filter follows for these
+        batches, as a Kafka consumer does per fetch."""
+        if aborted is not None:
+            self._transactions = TransactionFilter(aborted)
         view = memoryview(records)
         position, end, taken = 0, len(view), 0
         try:

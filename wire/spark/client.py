@@ -22,6 +22,7 @@ import zmq
 from zmq.utils.monitor import recv_monitor_message
 
 from wire.spark import protocol
+from wire.spark.arrow import AbortedTransaction
 from wire.spark.protocol import ReaderError
 
 __all__ = [
@@ -54,6 +55,10 @@ class FetchResult:
     log_start: int
     high_watermark: int
     records: memoryview  # whole batches; empty at the high watermark
+    # Where a read_committed fetch stops (an older node: the high watermark), and the
+    # aborted transactions overlapping what it returned (None: not read_committed).
+    last_stable_offset: int = -1
+    aborted: list[AbortedTransaction] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,31 +119,40 @@ class ReaderClient:
         return Metadata(reply["node"], nodes, leaders, isr)
 
     def offsets(
-        self, queries: list[tuple[str, int, int]], any_replica: bool = False
+        self, queries: list[tuple[str, int, int]], any_replica: bool = False,
+        read_committed: bool = False,
     ) -> list[tuple[int, int]]:
-        """(error, offset) per (topic, partition, timestamp) query; -2 earliest, -1 latest.
-        With `any_replica` a follower answers earliest and latest too."""
+        """(error, offset) per (topic, partition, timestamp) query; -2 earliest, -1 latest
+        (with `read_committed` the last stable offset). With `any_replica` a follower
+        answers earliest and latest too."""
         results: list[tuple[int, int]] = []
         step = protocol.offset_queries_max
         for start in range(0, len(queries), step):
             chunk = queries[start : start + step]
-            request = protocol.offsets_request(next(self._ids), chunk, any_replica)
+            request = protocol.offsets_request(next(self._ids), chunk, any_replica,
+                                               read_committed)
             reply, _ = self._call(request)
             results += [(int(e), int(o)) for e, o in reply["results"]]
         return results
 
     def fetch(
         self, topic: str, partition: int, offset: int, max_bytes: int = protocol.fetch_bytes_max,
-        any_replica: bool = False,
+        any_replica: bool = False, read_committed: bool = False,
     ) -> FetchResult:
         """Whole batches from the one holding `offset`; ReaderError (code 1, with log_start
         and high_watermark on it) when the offset is out of range. With `any_replica` a
-        follower answers, up to the high watermark it knows."""
+        follower answers, up to the high watermark it knows; with `read_committed`, up to
+        the last stable offset, with the aborted transactions to drop."""
         request = protocol.fetch_request(
-            next(self._ids), topic, partition, offset, max_bytes, any_replica)
+            next(self._ids), topic, partition, offset, max_bytes, any_replica, read_committed)
         reply, frames = self._call(request)
         records = frames[0] if frames else memoryview(b"")
-        return FetchResult(reply["log_start"], reply["high_watermark"], records)
+        high_watermark = reply["high_watermark"]
+        aborted = None
+        if read_committed:
+            aborted = [AbortedTransaction(int(p), int(o)) for p, o in reply.get("aborted") or []]
+        return FetchResult(reply["log_start"], high_watermark, records,
+                           reply.get("last_stable_offset", high_watermark), aborted)
 
     # Transport ----------------------------------------------------------------------------
 

@@ -107,6 +107,7 @@ class KrillPartition(InputPartition):
         self.timeout_s = options.timeout_s
         self.connect_timeout_s = options.connect_timeout_s
         self.read_from = options.read_from
+        self.read_committed = options.read_committed
         self.known = tuple(dict.fromkeys((*options.bootstrap_addresses, *nodes)))
 
     def __repr__(self) -> str:
@@ -138,7 +139,8 @@ class _Snapshot:
             raise ValueError(f"assigned partitions do not exist: {missing}")
         self.partitions = plan.select_partitions(options, counts)
         leaders: dict[TopicPartition, str] = {}
-        found, metadata = _offsets(failover, metadata, self.partitions, leaders)
+        found, metadata = _offsets(failover, metadata, self.partitions, leaders,
+                                   options.read_committed)
         self.addresses = leaders if options.read_from == "leader" else {
             tp: choose(metadata, *tp, options.read_from, failover.failed) or leaders[tp]
             for tp in self.partitions
@@ -153,10 +155,12 @@ def _offsets(
     metadata: Metadata,
     partitions: list[TopicPartition],
     leaders: dict[TopicPartition, str],
+    read_committed: bool = False,
 ) -> tuple[dict[TopicPartition, tuple[int, int]], Metadata]:
     """(earliest, latest) of each partition, asked of its leader, partitions grouped by
     leader, and the metadata last asked; `leaders` gets the node that answered. Partitions
-    whose leader failed are asked again of the one fresh metadata names."""
+    whose leader failed are asked again of the one fresh metadata names. Latest is the last
+    stable offset when `read_committed`."""
     found: dict[TopicPartition, tuple[int, int]] = {}
     while True:
         groups: dict[str | None, list[TopicPartition]] = {}
@@ -172,7 +176,7 @@ def _offsets(
                 reasons.append(f"no {failover.read_from} known for {_names(group)}")
                 continue
             try:
-                answers = _offsets_of(failover, address, group)
+                answers = _offsets_of(failover, address, group, read_committed)
             except ReaderTimeout as exc:
                 reasons.append(str(exc))
                 failed.append(address)
@@ -193,13 +197,13 @@ def _offsets(
 
 
 def _offsets_of(
-    failover: Failover, address: str, group: list[TopicPartition]
+    failover: Failover, address: str, group: list[TopicPartition], read_committed: bool
 ) -> list[tuple[tuple[int, int], tuple[int, int]]]:
     """((error, earliest), (error, latest)) of each partition, from the reader at `address`."""
     queries = [(t, p, protocol.EARLIEST) for t, p in group]
     queries += [(t, p, protocol.LATEST) for t, p in group]
     with failover.client(address) as client:
-        results = client.offsets(queries)
+        results = client.offsets(queries, read_committed=read_committed)
     count = len(group)
     return [(results[i], results[count + i]) for i in range(count)]
 
@@ -335,9 +339,13 @@ def read_range(partition: KrillPartition) -> Iterator[pa.RecordBatch]:
                 if not _skip_lost(partition, builder, exc.details):
                     break
                 continue
-            if builder.add(result.records) == 0:
-                if result.high_watermark <= offset:
+            if builder.add(result.records, result.aborted) == 0:
+                readable = (result.last_stable_offset if partition.read_committed
+                            else result.high_watermark)
+                if readable <= offset:
                     reason = f"high watermark {result.high_watermark} at offset {offset}"
+                    if partition.read_committed:
+                        reason = f"last stable offset {readable} at offset {offset}"
                     if source.behind(reason):
                         continue
                     # The range ends past what the log holds now: it was truncated.
@@ -369,6 +377,7 @@ class _Source:
         r = partition.range
         self._topic, self._partition = r.topic, r.partition
         self._any_replica = partition.read_from == "replica"
+        self._read_committed = partition.read_committed
         self._failover = Failover(
             f"reading {r.topic}-{r.partition} [{r.start}, {r.end})", partition.known,
             [r.topic], partition.read_from, partition.timeout_s, partition.connect_timeout_s)
@@ -394,7 +403,8 @@ class _Source:
                     if self._client is None:
                         self._client = self._failover.client(address)
                     return self._client.fetch(self._topic, self._partition, offset,
-                                              any_replica=self._any_replica)
+                                              any_replica=self._any_replica,
+                                              read_committed=self._read_committed)
                 except ReaderTimeout as exc:
                     reason = str(exc)
                 except ReaderError as exc:

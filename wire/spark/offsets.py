@@ -93,6 +93,9 @@ class SourceOptions:
     timeout_s: float = 30.0
     read_from: str = "leader"  # one of READ_FROM
     connect_timeout_s: float = 5.0
+    # Kafka's isolation.level=read_committed: read up to the last stable offset, without
+    # aborted transactions' records.
+    read_committed: bool = False
 
     @property
     def bootstrap_addresses(self) -> tuple[str, ...]:
@@ -125,6 +128,10 @@ def parse_options(options: dict[str, str], *, streaming: bool) -> SourceOptions:
     read_from = lowered.get("krill.readfrom", "leader").lower()
     if read_from not in READ_FROM:
         raise ValueError(f"option krill.readFrom must be leader or replica, not {read_from!r}")
+    isolation = lowered.get("kafka.isolation.level", "read_uncommitted").lower()
+    if isolation not in ("read_uncommitted", "read_committed"):
+        raise ValueError("option kafka.isolation.level must be read_uncommitted or "
+                         f"read_committed, not {isolation!r}")
     if not streaming and (starting == "latest"
                           or (isinstance(starting, dict) and LATEST in starting.values())):
         raise ValueError("startingOffsets cannot be latest (-1) for batch queries")
@@ -142,6 +149,7 @@ def parse_options(options: dict[str, str], *, streaming: bool) -> SourceOptions:
         timeout_s=float(lowered.get("krill.timeoutms", "30000")) / 1000,
         read_from=read_from,
         connect_timeout_s=float(lowered.get("krill.connecttimeoutms", "5000")) / 1000,
+        read_committed=isolation == "read_committed",
     )
 
 

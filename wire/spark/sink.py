@@ -18,13 +18,43 @@ producer, idempotent with acks=all, produces its Arrow batches a column at a tim
 Python lists (one batch at a time, never the whole task), flushes, and returns a `WriteReport`:
 per topic partition the records written and the first and last offset. A delivery error
 fails the task after the flush, with what was delivered before it in the error, so Spark
-retries it. Delivery is at least once, as Spark's Kafka sink: a retried task writes its rows
-again (exactly once through transactions is issue 18's part 2).
+retries it.
+
+Exactly once (the default; `krill.deliveryGuarantee=at-least-once` writes without
+transactions, as Spark's Kafka sink does). Every task writes into a Kafka transaction whose
+id names the write and the task, and leaves it open; the driver commits them all in
+`commit()` (aborts them in `abort()`) with EndTxn (wire/spark/transactions.py):
+
+    transactional id   krill-sink-<write>-<task partition>, <write> = a batch write's uuid
+                       (made on the driver), or <query id>-<batch id> of a micro-batch (Spark's
+                       local properties: the same when the batch is replayed after a restart)
+    task attempt       DescribeTransactions: committed by an earlier run -> write nothing;
+                       else InitProducerId (fences an earlier attempt and aborts what it
+                       left open), begin, produce, flush; report the transaction's producer
+                       id and epoch (from librdkafka's statistics: its API hides them)
+    driver commit      EndTxn(commit) for each reported transaction; a fenced one fails the
+                       write (a later attempt owns the id: nothing is doubled)
+
+So a retried task's earlier writes are aborted, and a micro-batch replayed after the driver
+died between committing and recording the commit finds its transactions committed and
+writes nothing. Readers see a micro-batch's records once it commits, with
+`isolation.level=read_committed` (Kafka clients; the krill source's `kafka.isolation.level`).
+What this rests on, as every exactly-once sink of Spark: a replayed micro-batch hands each
+task partition the same rows (Spark's deterministic replay of its checkpointed offsets).
+A committed id is forgotten after transactional.id.expiration.ms (7 days): a replay later
+than that writes again. A batch write is atomic per task, not as a whole: a failed job's
+`abort()` aborts every transaction, the failed tasks' too, but a driver that dies midway
+through `commit()` leaves the tasks it reached committed. A failed micro-batch's open
+transactions are aborted by its replay, or by their timeout if the query is not restarted.
 """
 
 from __future__ import annotations
 
+import itertools
+import json
 import logging
+import time
+import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -36,12 +66,16 @@ from pyspark.sql.datasource import (
     WriterCommitMessage,
 )
 
+from wire.spark.transactions import COMMITTED_STATES, TransactionClient, TransactionError
+
 __all__ = [
     "SinkOptions",
     "SinkSchemaError",
     "SinkWriteError",
     "PartitionWrite",
+    "TaskTransaction",
     "WriteReport",
+    "end_transactions",
     "parse_sink_options",
     "check_schema",
     "write_batches",
@@ -56,7 +90,19 @@ _PRODUCER_FIXED = {"enable.idempotence": "true", "acks": "all"}
 # Values of `kafka.acks` that mean all in-sync replicas.
 _ACKS_ALL = ("all", "-1")
 # The `krill.*` options the sink reads (lower case); any other is refused.
-_KRILL_OPTIONS = ("krill.bootstrap",)
+_KRILL_OPTIONS = ("krill.bootstrap", "krill.deliveryguarantee")
+_GUARANTEES = ("exactly-once", "at-least-once")
+# Each task's transaction stays open until the driver commits the whole write: past
+# librdkafka's default (60 s), for long batch writes. A node refuses more than its
+# transaction.max.timeout.ms (15 min); `kafka.transaction.timeout.ms` changes it.
+_TRANSACTION_TIMEOUT_MS = "300000"
+# How often librdkafka reports its statistics, which carry the producer id and epoch the
+# driver commits with (the producer API does not expose them).
+_STATISTICS_INTERVAL_MS = 100
+# How long a task waits for that report once its records are delivered.
+_identity_timeout_s = 10.0
+# The transactional ids the sink writes with: <prefix><write>-<task partition>.
+TRANSACTIONAL_ID_PREFIX = "krill-sink-"
 # How long a task waits in flush() for its last deliveries: past librdkafka's default
 # delivery timeout (message.timeout.ms, 300 s), so every message is delivered or failed.
 _flush_timeout_s = 330.0
@@ -76,10 +122,12 @@ class SinkWriteError(RuntimeError):
 
 @dataclass(frozen=True)
 class SinkOptions:
-    """The default topic (None: every row's `topic` column) and the producer's settings."""
+    """The default topic (None: every row's `topic` column), the producer's settings, and
+    whether tasks write in transactions the driver commits (`exactly_once`)."""
 
     topic: str | None
     producer: dict[str, str]
+    exactly_once: bool = True
 
 
 def parse_sink_options(options: dict[str, str]) -> SinkOptions:
@@ -88,6 +136,7 @@ def parse_sink_options(options: dict[str, str]) -> SinkOptions:
     producer: dict[str, str] = {}
     topic: str | None = None
     bootstrap: str | None = None
+    guarantee = _GUARANTEES[0]
     for name, value in options.items():
         lowered = str(name).lower()
         if lowered == "topic":
@@ -100,6 +149,11 @@ def parse_sink_options(options: dict[str, str]) -> SinkOptions:
                                  f"(it reads {', '.join(_KRILL_OPTIONS)})")
             if lowered == "krill.bootstrap":
                 bootstrap = str(value)
+            elif str(value).lower() not in _GUARANTEES:
+                raise ValueError(f"option {name}={value} is refused: it is one of "
+                                 f"{', '.join(_GUARANTEES)}")
+            else:
+                guarantee = str(value).lower()
     for setting, fixed in _PRODUCER_FIXED.items():
         given = producer.get(setting, fixed).lower()
         allowed = _ACKS_ALL if setting == "acks" else ("true",)
@@ -107,15 +161,21 @@ def parse_sink_options(options: dict[str, str]) -> SinkOptions:
             raise ValueError(f"option kafka.{setting}={producer[setting]} is refused: the krill "
                              f"sink produces with {setting}={fixed}")
     if "transactional.id" in producer:
-        raise ValueError("option kafka.transactional.id is refused: the krill sink does not "
-                         "write in transactions yet")
+        raise ValueError("option kafka.transactional.id is refused: the krill sink names each "
+                         "task's transaction itself")
+    exactly_once = guarantee == "exactly-once"
+    if exactly_once:
+        producer.setdefault("transaction.timeout.ms", _TRANSACTION_TIMEOUT_MS)
+    elif "transaction.timeout.ms" in producer:
+        raise ValueError("option kafka.transaction.timeout.ms is refused: an at-least-once "
+                         "write has no transactions")
     producer.update(_PRODUCER_FIXED)
     if bootstrap:
         producer["bootstrap.servers"] = bootstrap
     if not producer.get("bootstrap.servers"):
         raise ValueError("option krill.bootstrap (the Kafka listeners, host:port) is required "
                          "to write")
-    return SinkOptions(topic, producer)
+    return SinkOptions(topic, producer, exactly_once)
 
 
 def check_schema(schema: Any, topic: str | None) -> None:
@@ -156,16 +216,31 @@ class PartitionWrite:
 
 
 @dataclass(frozen=True)
+class TaskTransaction:
+    """The open transaction a task wrote into, for the driver to end."""
+
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+
+
+@dataclass(frozen=True)
 class WriteReport(WriterCommitMessage):
-    """A task's commit message: what it wrote, per topic partition."""
+    """A task's commit message: what it wrote, per topic partition; the transaction it wrote
+    into (exactly once), or `committed_before`: a run before this one committed this task's
+    transaction, so it wrote nothing."""
 
     partitions: tuple[PartitionWrite, ...]
+    transaction: TaskTransaction | None = None
+    committed_before: str | None = None  # that transaction's id
 
     @property
     def rows(self) -> int:
         return sum(p.count for p in self.partitions)
 
     def __str__(self) -> str:
+        if self.committed_before is not None:
+            return f"nothing (committed before, {self.committed_before})"
         return ", ".join(str(p) for p in self.partitions) or "nothing"
 
 
@@ -199,27 +274,130 @@ class _Deliveries:
         ))
 
 
-def write_batches(options: SinkOptions, batches: Iterator[pa.RecordBatch]) -> WriteReport:
+def write_batches(options: SinkOptions, batches: Iterator[pa.RecordBatch],
+                  scope: str | None = None) -> WriteReport:
     """Produce every row of `batches`; the report once all are delivered, else SinkWriteError
-    (after the flush) naming the failure and what was delivered."""
+    (after the flush) naming the failure and what was delivered.
+
+    Exactly once (`scope` names the write: a batch write, or a query's micro-batch), the task
+    writes into a transaction `<prefix><scope>-<task partition>` and leaves it open for the
+    driver, unless a run before this one committed it."""
+    first = next(batches, None)
+    if first is None:  # nothing to write: no producer, no transaction
+        return WriteReport(())
+    rows = itertools.chain((first,), batches)
+    if scope is None:
+        return _produce(options.producer, options.topic, rows, None)
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    assert context is not None, "write() runs in a Spark task"
+    transactional_id = f"{TRANSACTIONAL_ID_PREFIX}{scope}-{context.partitionId()}"
+    with TransactionClient(options.producer["bootstrap.servers"]) as client:
+        found = client.describe(transactional_id)
+    if found.state in COMMITTED_STATES:
+        log.info("krill sink: %s was committed by an earlier run: writing nothing",
+                 transactional_id)
+        return WriteReport((), committed_before=transactional_id)
+    return _produce(options.producer, options.topic, rows, transactional_id)
+
+
+class _Identity:
+    """librdkafka's statistics callback, kept for the producer id and epoch it reports."""
+
+    def __init__(self) -> None:
+        self.producer_id = -1
+        self.producer_epoch = -1
+
+    def __call__(self, report: str) -> None:
+        eos = json.loads(report).get("eos") or {}
+        if eos.get("idemp_state") == "Assigned" and eos.get("producer_id", -1) >= 0:
+            self.producer_id, self.producer_epoch = eos["producer_id"], eos["producer_epoch"]
+
+
+def _produce(settings: dict[str, str], topic: str | None, batches: Iterator[pa.RecordBatch],
+             transactional_id: str | None) -> WriteReport:
     from confluent_kafka import Producer
 
     deliveries = _Deliveries()
-    producer = Producer(options.producer)
+    identity = _Identity()
+    config: dict[str, Any] = dict(settings)
+    if transactional_id is not None:
+        config |= {"transactional.id": transactional_id,
+                   "statistics.interval.ms": _STATISTICS_INTERVAL_MS, "stats_cb": identity}
+    producer = Producer(config)
     try:
+        if transactional_id is not None:
+            # Fences any earlier attempt of this task and aborts what it left open.
+            producer.init_transactions(_flush_timeout_s)
+            producer.begin_transaction()
         for batch in batches:
-            _produce_batch(producer, options.topic, batch, deliveries)
+            _produce_batch(producer, topic, batch, deliveries)
             producer.poll(0)
     except Exception as exc:
         producer.flush(_flush_timeout_s)
+        _abort_quietly(producer, transactional_id)
         raise SinkWriteError(f"krill sink: producing failed ({exc}); delivered before the "
                              f"failure: {deliveries.report()}") from exc
     left = producer.flush(_flush_timeout_s)
     if left or deliveries.failed:
+        _abort_quietly(producer, transactional_id)
         reason = deliveries.first_error or f"{left} records not delivered in {_flush_timeout_s} s"
         raise SinkWriteError(f"krill sink: {deliveries.failed + left} records failed ({reason}); "
                              f"delivered: {deliveries.report()}")
-    return deliveries.report()
+    report = deliveries.report()
+    if transactional_id is None:
+        return report
+    deadline = time.monotonic() + _identity_timeout_s
+    while identity.producer_id < 0 and time.monotonic() < deadline:
+        producer.poll(_STATISTICS_INTERVAL_MS / 1000)
+    if identity.producer_id < 0:
+        _abort_quietly(producer, transactional_id)
+        raise SinkWriteError(f"krill sink: no producer id reported for {transactional_id} in "
+                             f"{_identity_timeout_s:.0f} s")
+    # The transaction stays open: the driver commits it once every task is done. A later
+    # attempt of this task (or a replay) fences it; its commit then fails, never doubles.
+    return WriteReport(report.partitions, TaskTransaction(
+        transactional_id, identity.producer_id, identity.producer_epoch))
+
+
+def _abort_quietly(producer: Any, transactional_id: str | None) -> None:
+    if transactional_id is None:
+        return
+    try:
+        producer.abort_transaction(_flush_timeout_s)
+    except Exception as exc:  # fenced, or the coordinator gone: its timeout aborts it
+        log.warning("krill sink: abort of %s failed: %s", transactional_id, exc)
+
+
+def end_transactions(options: SinkOptions, messages: Sequence[WriterCommitMessage | None],
+                     commit: bool, scope: str | None = None) -> None:
+    """The driver's half: commit (or abort) every task's transaction. A commit that is
+    fenced raises TransactionError (the write fails; nothing was doubled); an abort that
+    fails is logged (the transaction times out). An abort given the write's `scope` also
+    aborts what the tasks that failed left open (`messages` is in task partition order)."""
+    transactions = [m.transaction for m in messages
+                    if isinstance(m, WriteReport) and m.transaction is not None]
+    failed = [i for i, m in enumerate(messages) if m is None] if scope and not commit else []
+    if not transactions and not failed:
+        return
+    with TransactionClient(options.producer["bootstrap.servers"]) as client:
+        for t in transactions:
+            try:
+                client.end(t.transactional_id, t.producer_id, t.producer_epoch, commit)
+            except (TransactionError, ConnectionError) as exc:
+                if commit:
+                    raise
+                log.warning("krill sink: %s", exc)
+        for partition in failed:
+            transactional_id = f"{TRANSACTIONAL_ID_PREFIX}{scope}-{partition}"
+            try:
+                found = client.describe(transactional_id)
+                if found.state == "Ongoing":
+                    client.end(transactional_id, found.producer_id, found.producer_epoch,
+                               commit=False)
+            except (TransactionError, ConnectionError) as exc:
+                log.warning("krill sink: %s", exc)
 
 
 def _column(batch: pa.RecordBatch, name: str) -> list[Any] | None:
@@ -290,16 +468,20 @@ def _log_reports(what: str, messages: Sequence[WriterCommitMessage | None]) -> W
 class KrillBatchWriter(DataSourceArrowWriter):
     def __init__(self, options: SinkOptions) -> None:
         self.options = options
+        # Made on the driver and shipped to every task: a retried task finds its transaction.
+        self.scope = uuid.uuid4().hex if options.exactly_once else None
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriteReport:
-        return write_batches(self.options, iterator)
+        return write_batches(self.options, iterator, self.scope)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:  # type: ignore[override]
+        end_transactions(self.options, messages, commit=True)
         _log_reports("write committed", messages)
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:  # type: ignore[override]
-        # The records the successful tasks wrote stay in the log (no transactions yet).
-        _log_reports("write aborted, records left written", messages)
+        end_transactions(self.options, messages, commit=False, scope=self.scope)
+        _log_reports("write aborted" if self.options.exactly_once
+                     else "write aborted, records left written", messages)
 
 
 class KrillStreamWriter(DataSourceStreamArrowWriter):
@@ -307,14 +489,34 @@ class KrillStreamWriter(DataSourceStreamArrowWriter):
         self.options = options
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriteReport:
-        return write_batches(self.options, iterator)
+        return write_batches(self.options, iterator, _micro_batch_scope(self.options))
 
     def commit(  # type: ignore[override]
         self, messages: list[WriterCommitMessage | None], batchId: int
     ) -> None:
+        end_transactions(self.options, messages, commit=True)
         _log_reports(f"micro-batch {batchId} committed", messages)
 
     def abort(  # type: ignore[override]
         self, messages: list[WriterCommitMessage | None], batchId: int
     ) -> None:
-        _log_reports(f"micro-batch {batchId} aborted, records left written", messages)
+        end_transactions(self.options, messages, commit=False)
+        _log_reports(f"micro-batch {batchId} aborted" if self.options.exactly_once
+                     else f"micro-batch {batchId} aborted, records left written", messages)
+
+
+def _micro_batch_scope(options: SinkOptions) -> str | None:
+    """`<query id>-<batch id>` of the micro-batch this task writes (Spark sets both as local
+    properties of the batch's jobs): the same when the batch is replayed after a restart."""
+    if not options.exactly_once:
+        return None
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    assert context is not None, "write() runs in a Spark task"
+    query = context.getLocalProperty("sql.streaming.queryId")
+    batch = context.getLocalProperty("streaming.sql.batchId")
+    if not query or batch is None:
+        raise SinkWriteError("krill sink: no streaming query id or batch id in the task's "
+                             "properties; cannot name its transaction")
+    return f"{query}-{batch}"
