@@ -178,3 +178,33 @@ def test_a_node_killed_before_the_read(spark: Any, cluster: Cluster) -> None:
     for read_from in ("leader", "replica"):
         rows = spark_read(spark, bootstrap, read_from)
         assert len(rows) == RECORDS and set(rows) == acked, read_from
+
+
+@cluster_test
+def test_a_node_killed_in_the_middle_of_a_read(cluster: Cluster) -> None:
+    """A task has read its first fetch from the leader when the leader is killed: it goes on
+    from the next offset at the partition's new leader, every record once."""
+    cluster.create_topic(TOPIC, 1, 3)
+    producer = Producer({"bootstrap.servers": cluster.bootstrap(), "acks": "all",
+                         "enable.idempotence": True, "linger.ms": 5})
+    values = [(b"%06d" % i) * 6_000 for i in range(400)]  # 36 KB each: 14 MB, two fetches
+    for value in values:
+        producer.produce(TOPIC, value=value, partition=0)
+    assert producer.flush(60) == 0
+    victim = cluster.leaders(TOPIC, cluster[1])[0]
+    survivor = next(n for n in (1, 2, 3) if n != victim)
+    wait_until(lambda: in_sync_everywhere(cluster, survivor), 30, "every replica in sync")
+    options = plan.parse_options(
+        {"krill.bootstrap": f"{reader(cluster, victim)},{reader(cluster, survivor)}",
+         "subscribe": TOPIC, "krill.connectTimeoutMs": CONNECT_TIMEOUT_MS}, streaming=False)
+    (task,) = KrillBatchReader(options).partitions()
+    assert task.address == reader(cluster, victim)
+
+    batches = read_range(task)
+    rows = next(batches).to_pylist()
+    assert 0 < len(rows) < len(values), "the first fetch held the whole partition"
+    cluster[victim].kill9()
+    for batch in batches:
+        rows += batch.to_pylist()
+    assert [row["offset"] for row in rows] == list(range(len(values)))
+    assert [row["value"] for row in rows] == values

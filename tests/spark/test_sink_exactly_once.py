@@ -110,8 +110,8 @@ def test_a_task_killed_mid_write_leaves_no_duplicate(
     kafka.create(topic_name, 2)
     bootstrap = reader_broker.bootstrap
 
-    @udf("string")
-    def value_of(n: int) -> str:
+    @udf(returnType="string", useArrow=False)  # a plain Python UDF: no pandas needed
+    def value_of(n):  # type: ignore[no-untyped-def]  # (hints would ask for a pandas UDF)
         from pyspark import TaskContext
 
         if n == 25_000 and TaskContext.get().attemptNumber() == 0:
