@@ -15,9 +15,10 @@ start; every method runs on the shard's loop thread, in the partition's turn.
         once), then written to the partition's checkpoint on the I/O pool; answered once
         durable. One write at a time; requests that arrive meanwhile share the next one.
     compaction (cleanup.policy has `compact`), on the same pass:
-        storage.compaction.cleanable_range -> due (dirty ratio, max lag, or a tombstone's
-        delete horizon passed) -> the shard's cleaner thread: clean_log (throttled; files
-        swapped in crash-safe) -> DiskLog.replace_segments on the loop; the old segments
+        storage.compaction.cleanable_range (below the last stable offset) -> due (dirty
+        ratio, max lag, or a tombstone's delete horizon passed) -> the shard's cleaner
+        thread: clean_log (throttled; aborted transactions' records removed; files swapped
+        in crash-safe) -> DiskLog.replace_segments on the loop; the old segments
         close on the read pool once no flush holds them; the cleaner checkpoint is written
         on the I/O pool. While a clean runs, retention waits (both would touch the head).
 
@@ -206,8 +207,10 @@ class LogLifecycle:
         log_ = p.log_or_none()
         assert log_ is not None and self._cleaning is None
         config = self._cleaner_config()
+        # Below the last stable offset only (Kafka's first uncleanable offset): a record of a
+        # transaction not yet decided never supersedes a committed one.
         span = cleanable_range(log_.summaries(), log_.log_start_offset, log_.cleaner_checkpoint,
-                               p.high_watermark, now_ms, config)
+                               p.last_stable_offset(), now_ms, config)
         horizon_passed = self._horizon_ms is not None and now_ms >= self._horizon_ms
         if not span.due and not horizon_passed:
             return
@@ -216,11 +219,12 @@ class LogLifecycle:
             return
         stop = self._cleaning = threading.Event()
         last_batches = p.producer_last_batches()
+        aborted = p.aborted_transactions()
         directory, first_dirty = log_.directory, span.first_dirty_offset
 
         def clean() -> CleanResult:
             return clean_log(directory, segments, first_dirty, now_ms, config, last_batches,
-                             stop=stop)
+                             aborted=aborted, stop=stop)
 
         log.debug("%s: cleaning %d segment(s) below %d (dirty ratio %.2f%s)", p,
                   len(segments), span.end_offset, span.dirty_ratio,

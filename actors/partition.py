@@ -106,7 +106,7 @@ from actors.producer_state import ProducerStateTable
 from actors.runtime import LoopActor
 from actors.services import Services, now_ms
 from actors.topic_config import TopicSettings
-from actors.txn_state import ABORT, TxnState, marker_batch, marker_type
+from actors.txn_state import ABORT, AbortedTxn, TxnState, marker_batch, marker_type
 from actors.watermarks import Published
 from storage import DiskLog, LogConfig, NotCached, OffsetOutOfRange
 from storage.log import AppendFailed
@@ -311,6 +311,14 @@ class Partition(LoopActor):
 
     def producer_last_batches(self) -> set[int]:
         return self._producers.last_batch_offsets()
+
+    def aborted_transactions(self) -> list[AbortedTxn]:
+        """(producer id, first offset, ABORT marker offset) of each aborted transaction the
+        log still holds: compaction removes their records."""
+        return self._txns.aborted()
+
+    def last_stable_offset(self) -> int:
+        return self._last_stable_offset()
 
     def storage_failed(self) -> None:
         """The log's files and its state disagree: take no more writes (Kafka takes the log

@@ -58,7 +58,12 @@ Where Kafka leaves a choice, or Krill differs:
 - A group of one segment in which nothing changes is left alone: no write, no swap.
 - max.compaction.lag.ms looks at the oldest dirty segment's max timestamp (Kafka: its first
   batch's timestamp), which the log knows without reading.
-- Aborted transactions are not removed: Krill has no transactions yet.
+- Transactions, as Kafka's cleaner: a clean covers only what is below the last stable offset
+  (the caller's `cleanable_range` bound), so no undecided transaction is ever mapped; the
+  records of aborted transactions (`aborted`: producer id, first offset, ABORT marker offset)
+  are left out of the key map, so an aborted record never supersedes a committed one, and are
+  removed from their batches (emptied batches follow the rules above). Markers are control
+  batches: copied as they are.
 """
 
 from __future__ import annotations
@@ -92,6 +97,7 @@ __all__ = [
     "CleanerConfig",
     "CleanerError",
     "CleanResult",
+    "AbortedRanges",
     "KeyMap",
     "SwapIncomplete",
     "Throttle",
@@ -361,14 +367,33 @@ class KeyMap:
         return record.value is not None or horizon_ms is None or now_ms < horizon_ms
 
 
+class AbortedRanges:
+    """Which batches belong to an aborted transaction: a transactional batch of a producer
+    whose aborted transaction spans its base offset (first offset .. ABORT marker)."""
+
+    def __init__(self, aborted: Sequence[tuple[int, int, int]] = ()) -> None:
+        self._by_producer: dict[int, list[tuple[int, int]]] = {}
+        for producer_id, first, last in aborted:
+            self._by_producer.setdefault(producer_id, []).append((first, last))
+
+    def __contains__(self, header: BatchHeader) -> bool:
+        if not header.is_transactional or header.is_control:
+            return False
+        ranges = self._by_producer.get(header.producer_id)
+        return ranges is not None and any(
+            first <= header.base_offset <= last for first, last in ranges)
+
+
 def build_key_map(
     segments: Sequence[Segment],
     first_dirty_offset: int,
     entries_max: int,
     throttle: Throttle,
     stop: threading.Event | None = None,
+    aborted: AbortedRanges | None = None,
 ) -> KeyMap:
-    """Map the keyed records of `segments` from first_dirty_offset on (control batches aside).
+    """Map the keyed records of `segments` from first_dirty_offset on (control batches and
+    aborted transactions' batches aside).
 
     When a new key finds the map full, the map ends at the base of the segment being read if
     an earlier dirty segment was mapped whole, else at that record."""
@@ -381,6 +406,8 @@ def build_key_map(
         file = _file_of(segment)
         for header, batch in _read_batches(file.fd, position, segment.size, throttle, stop):
             if header.next_offset <= first_dirty_offset or header.is_control:
+                continue
+            if aborted is not None and header in aborted:
                 continue
             for record in _records(header, batch, throttle):
                 if record.offset < first_dirty_offset or record.key is None:
@@ -433,9 +460,10 @@ class _Filter:
     """Decides, batch by batch, what of it a clean keeps."""
 
     def __init__(self, key_map: KeyMap, now_ms: int, config: CleanerConfig,
-                 producer_last_batches: set[int], throttle: Throttle, result: CleanResult
-                 ) -> None:
+                 producer_last_batches: set[int], throttle: Throttle, result: CleanResult,
+                 aborted: AbortedRanges) -> None:
         self.key_map = key_map
+        self.aborted = aborted
         self.throttle = throttle
         self.now_ms = now_ms
         self.config = config
@@ -451,7 +479,10 @@ class _Filter:
             return batch, False
         records = _records(header, batch, self.throttle)
         horizon = header.delete_horizon_ms
-        kept = [r for r in records if self.key_map.survives(r, self.now_ms, horizon)]
+        if header in self.aborted:
+            kept: list[Record] = []
+        else:
+            kept = [r for r in records if self.key_map.survives(r, self.now_ms, horizon)]
         self.result.records_read += len(records)
         self.result.records_removed += len(records) - len(kept)
         tombstones = any(r.value is None for r in kept)
@@ -530,6 +561,7 @@ def clean_log(
     config: CleanerConfig,
     producer_last_batches: set[int],
     *,
+    aborted: Sequence[tuple[int, int, int]] = (),
     stop: threading.Event | None = None,
     step: StepHook | None = None,
 ) -> CleanResult:
@@ -537,9 +569,10 @@ def clean_log(
     keys of their dirty part, from `first_dirty_offset`. Blocking: run it on an I/O thread.
 
     `producer_last_batches`: base offsets of the last batch of each producer id in the whole
-    log, kept even when emptied. `stop`, once set, ends the clean at its next read (as an
-    `error`). `step` is called after each step of a swap (tests crash there). The contract is
-    in the module docstring."""
+    log, kept even when emptied. `aborted`: (producer id, first offset, ABORT marker offset)
+    of the aborted transactions, whose records go. `stop`, once set, ends the clean at its
+    next read (as an `error`). `step` is called after each step of a swap (tests crash
+    there). The contract is in the module docstring."""
     started = time.monotonic()
     directory = Path(directory)
     throttle = Throttle(config.io_bytes_per_second)
@@ -548,8 +581,8 @@ def clean_log(
         assert before.next_offset <= after.base_offset, (before, after)
     dir_fd = os.open(directory, os.O_RDONLY)
     try:
-        _clean(dir_fd, directory, segments, now_ms, config, producer_last_batches, throttle,
-               stop, step or _no_step, result)
+        _clean(dir_fd, directory, segments, now_ms, config, producer_last_batches,
+               AbortedRanges(aborted), throttle, stop, step or _no_step, result)
     finally:
         os.close(dir_fd)
     result.bytes_read, result.bytes_written = throttle.bytes_read, throttle.bytes_written
@@ -560,21 +593,22 @@ def clean_log(
 
 def _clean(
     dir_fd: int, directory: Path, segments: Sequence[Segment], now_ms: int,
-    config: CleanerConfig, producer_last_batches: set[int], throttle: Throttle,
-    stop: threading.Event | None, step: StepHook, result: CleanResult,
+    config: CleanerConfig, producer_last_batches: set[int], aborted: AbortedRanges,
+    throttle: Throttle, stop: threading.Event | None, step: StepHook, result: CleanResult,
 ) -> None:
     if not segments:
         return
     first_dirty_offset = max(result.first_dirty_offset, segments[0].base_offset)
     try:
         key_map = build_key_map(segments, first_dirty_offset, config.key_map_entries_max,
-                                throttle, stop)
+                                throttle, stop, aborted)
     except Exception as e:
         log.warning("%s: building the key map of a clean failed: %s", directory, e)
         result.error = e
         return
     result.key_map_full = key_map.full
-    cleaner = _Filter(key_map, now_ms, config, producer_last_batches, throttle, result)
+    cleaner = _Filter(key_map, now_ms, config, producer_last_batches, throttle, result,
+                      aborted)
     chosen = [s for s in segments if s.base_offset < key_map.end_offset]
     for group in group_segments(chosen, config.segment_bytes, config.segment_index_bytes):
         try:

@@ -59,10 +59,11 @@ def seal(broker: BrokerProcess, topic: str) -> None:
     produce(broker, topic, [(b"roll", ROLL), (b"roll", ROLL)], **{"batch.size": 1_000_000})
 
 
-def read_all(broker: BrokerProcess, topic: str) -> list[tuple[int, bytes, bytes | None]]:
+def read_all(broker: BrokerProcess, topic: str, isolation: str = "read_committed"
+             ) -> list[tuple[int, bytes, bytes | None]]:
     """(offset, key, value) of every record from the start to the high watermark."""
     consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "check",
-                         "enable.auto.commit": False})
+                         "enable.auto.commit": False, "isolation.level": isolation})
     try:
         _, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
         consumer.assign([TopicPartition(topic, 0, 0)])
@@ -126,6 +127,30 @@ def test_tombstones_stay_delete_retention_ms_then_go(node: BrokerProcess) -> Non
     got = read_all(node, "tombs")
     assert {key for _, key, _ in got} == {f"k{i}".encode() for i in range(1000, 2000)} | {
         b"roll"}
+
+
+def test_an_aborted_transaction_never_replaces_a_committed_value(node: BrokerProcess) -> None:
+    """Kafka's cleaner: an aborted transaction's records are left out of the key map and
+    removed; a committed transaction's compact as any."""
+    create_topic(node, "txns", 1, **COMPACTED)
+    produce(node, "txns", [(b"a", b"1"), (b"b", b"1")])
+    for name, records, commit in (("aborts", [(b"a", b"2"), (b"c", b"2")], False),
+                                  ("commits", [(b"b", b"3")], True)):
+        producer = Producer({"bootstrap.servers": node.bootstrap, "transactional.id": name})
+        producer.init_transactions(30)
+        producer.begin_transaction()
+        for key, value in records:
+            producer.produce("txns", key=key, value=value, partition=0)
+        assert producer.flush(30) == 0  # in the log before the abort
+        producer.commit_transaction(30) if commit else producer.abort_transaction(30)
+    seal(node, "txns")
+
+    def values(isolation: str) -> list[tuple[bytes, bytes | None]]:
+        return [(k, v) for _, k, v in read_all(node, "txns", isolation) if k != b"roll"]
+
+    wait_for(lambda: values("read_uncommitted") == [(b"a", b"1"), (b"b", b"3")], 30,
+             "the aborted records and the superseded b removed")
+    assert values("read_committed") == [(b"a", b"1"), (b"b", b"3")]
 
 
 def test_a_record_without_a_key_is_refused(node: BrokerProcess) -> None:

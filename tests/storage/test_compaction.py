@@ -538,3 +538,37 @@ def test_throttle_charges_what_compressed_batches_decode_to(codec):
         assert charged == []  # its read charged it all
     else:
         assert header.size < 10_000 and charged == [pytest.approx(50 * 1011 - header.size)]
+
+
+def txn_batch(pairs: Pairs, producer_id: int) -> bytes:
+    return bytes(build_batch(
+        [(k, v, ()) for k, v in pairs], timestamps=[NOW] * len(pairs), producer_id=producer_id,
+        producer_epoch=0, base_sequence=0, transactional=True))
+
+
+def test_an_aborted_transactions_records_never_supersede_and_are_removed(tmp_path):
+    """Kafka's cleaner: a committed `a` outlives a later `a` of an aborted transaction, whose
+    records go (its batch emptied away); a committed transaction's records compact as any."""
+    log = DiskLog.open(tmp_path, LOG_CONFIG)
+    bases = write(log, [batch([(b"a", b"1"), (b"b", b"1")])],
+                  [txn_batch([(b"a", b"2"), (b"c", b"2")], producer_id=5),  # aborted
+                   txn_batch([(b"b", b"3")], producer_id=6)],  # committed
+                  [batch([(b"z", b"1")])])
+    aborted = [(5, bases[1], bases[1] + 5)]  # its ABORT marker further on
+    result = clean(log, aborted=aborted)
+    assert [(r.key, r.value) for r in records_of(log)] == [
+        (b"a", b"1"), (b"b", b"3"), (b"z", b"1"), (b"tail", b"t")]
+    assert bases[1] not in {h.base_offset for h in headers_of(log)}
+    assert result.records_removed == 3  # b=1 superseded; a=2 and c=2 aborted
+    log.close()
+
+
+def test_without_the_aborted_list_an_aborted_record_would_win(tmp_path):
+    """The same log cleaned as if the transaction had committed: `a` is then the aborted
+    value, which is what the aborted list prevents."""
+    log = DiskLog.open(tmp_path, LOG_CONFIG)
+    write(log, [batch([(b"a", b"1")])], [txn_batch([(b"a", b"2")], producer_id=5)],
+          [batch([(b"z", b"1")])])
+    clean(log)
+    assert [(r.key, r.value) for r in records_of(log)][0] == (b"a", b"2")
+    log.close()
