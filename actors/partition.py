@@ -77,6 +77,7 @@ from pykka import ActorDeadError
 from actors import limits
 from actors.ack_window import Acks, AckWindow, CommitSource, Step
 from actors.group import OFFSETS_TOPIC
+from actors.group.messages import TxnOffsetsMarker
 from actors.log_lifecycle import LogLifecycle
 from actors.partition_messages import (
     EARLIEST_LOCAL_TIMESTAMP,
@@ -355,8 +356,11 @@ class Partition(LoopActor):
                 self._txns.marker(producer_id, base_offset + header.last_offset_delta,
                                   kind == ABORT)
             return
-        self._producers.record(producer_id, header.producer_epoch, header.base_sequence,
-                               base_offset, base_offset + header.last_offset_delta)
+        if header.base_sequence < 0:  # the group coordinator's transactional offsets
+            self._producers.no_sequence(producer_id, header.producer_epoch)
+        else:
+            self._producers.record(producer_id, header.producer_epoch, header.base_sequence,
+                                   base_offset, base_offset + header.last_offset_delta)
         if header.is_transactional:
             self._txns.data_batch(producer_id, base_offset)
 
@@ -466,6 +470,11 @@ class Partition(LoopActor):
             if header.producer_id < 0 or header.is_control:
                 continue  # a control batch here is a marker, checked by _write_txn_marker
             txn_error = self._txn_check(header)
+            if txn_error is None and m.from_coordinator:
+                txn_error = self._producers.check_epoch(header.producer_id,
+                                                        header.producer_epoch)
+                if txn_error is None:
+                    continue
             if txn_error is not None:
                 self._answer(m, ProduceResult(txn_error))
                 return True
@@ -521,7 +530,26 @@ class Partition(LoopActor):
         batch = marker_batch(m.producer_id, m.producer_epoch, m.commit, m.coordinator_epoch,
                              now_ms())
         self._append(Produce(memoryview(batch), iter_batches(batch, check_crc=False), -1,
-                             lambda result: m.reply(result.error)))
+                             self._marker_written(m)))
+
+    def _marker_written(self, m: WriteTxnMarker) -> Callable[[ProduceResult], None]:
+        """Answer the coordinator once the marker is committed. On `__consumer_offsets` the
+        shard's group coordinator (that partition's, as it is led here) learns it first: the
+        producer's pending transactional offsets there are committed or dropped (Kafka's
+        scheduleHandleTxnCompletion)."""
+        def written(result: ProduceResult) -> None:
+            if result.error == ErrorCode.NONE and self.topic == OFFSETS_TOPIC:
+                coordinator = self.services.local_group_coordinator()
+                marker = TxnOffsetsMarker(self.index, m.producer_id, m.commit,
+                                          result.base_offset)
+                try:
+                    if coordinator is not None:
+                        coordinator.tell(marker)
+                except ActorDeadError:
+                    pass  # the shard is stopping: the next load replays the marker
+            m.reply(result.error)
+
+        return written
 
     def _answer(self, m: Produce, result: ProduceResult) -> None:
         if m.reply is not None:

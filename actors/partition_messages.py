@@ -67,6 +67,11 @@ class Produce(NamedTuple):
     acks: int
     reply: Callable[[ProduceResult], None] | None
     on_dispatched: Callable[[], None] | None = None
+    # The group coordinator's transactional offsets (TxnOffsetCommit) to its own shard's
+    # `__consumer_offsets` partition: batches of a client's producer id and epoch with no
+    # sequence (Kafka's AppendOrigin.COORDINATOR), checked for the epoch only. Never crosses
+    # shards (a coordinator appends only to partitions it leads on its shard).
+    from_coordinator: bool = False
 
 
 class FetchBudget:

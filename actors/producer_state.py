@@ -91,6 +91,14 @@ class ProducerStateTable:
                 return SequenceCheck(error=ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER)
         return SequenceCheck()
 
+    def check_epoch(self, producer_id: int, epoch: int) -> ErrorCode | None:
+        """The one check of a batch with no sequence (the group coordinator's transactional
+        offsets for the producer): an epoch older than its current one is fenced."""
+        producer = self._producers.get(producer_id)
+        if producer is not None and epoch < producer.epoch:
+            return ErrorCode.INVALID_PRODUCER_EPOCH
+        return None
+
     def record(
         self,
         producer_id: int,
@@ -122,7 +130,8 @@ class ProducerStateTable:
         A newer epoch than the producer's becomes its epoch (the coordinator fenced it, or
         bumped it at the transaction's end): its batches of the old epoch are forgotten and
         its next batch must start at sequence 0, as a new epoch's first batch does. A marker
-        has no sequence of its own."""
+        has no sequence of its own; nor has a batch of the group coordinator's (`no_sequence`),
+        which moves the epoch the same way."""
         producers = self._producers
         producer = producers.pop(producer_id, None)
         if producer is None or epoch > producer.epoch:
@@ -130,6 +139,10 @@ class ProducerStateTable:
         producers[producer_id] = producer
         if len(producers) > limits.producer_ids_per_partition_max:
             del producers[next(iter(producers))]
+
+    def no_sequence(self, producer_id: int, epoch: int) -> None:
+        """A batch with no sequence (the coordinator's, `check_epoch`) was appended."""
+        self.marker(producer_id, epoch)
 
     def last_batch_offsets(self) -> set[int]:
         """The base offset of each remembered producer's last batch: compaction keeps these

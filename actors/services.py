@@ -142,6 +142,11 @@ class Services(Protocol):
         """Every shard's GroupCoordinator (ListGroups asks them all)."""
         ...
 
+    def local_group_coordinator(self) -> Any:
+        """This shard's GroupCoordinator (None before it starts): a `__consumer_offsets`
+        partition led here tells it of the transaction markers it commits."""
+        ...
+
     def run_blocking(
         self, fn: Callable[[], Any], done: Callable[[Any, BaseException | None], None]
     ) -> None:

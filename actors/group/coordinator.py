@@ -36,6 +36,12 @@ compaction are the groups'. The state machine is actors/group/transactions.py; i
 (markers, producer ids, timeouts) is the `TxnCoordinator` helper this actor owns, as it owns
 its `PartitionLoader`: here the transaction requests are only queued, dispatched and refused
 like the group ones.
+
+Transactional offset commits (TxnOffsetCommit) are served here as the group's: appended as one
+transactional batch of the producer, with acks=-1, and kept pending
+(actors/group/txn_offsets.py) until the Partition of the group's offsets partition says the
+producer's marker is committed there (`TxnOffsetsMarker`): COMMIT makes them committed, ABORT
+drops them. OffsetFetch with require_stable answers UNSTABLE_OFFSET_COMMIT for a pending one.
 """
 
 from __future__ import annotations
@@ -63,7 +69,9 @@ from actors.group.log_records import (
     encode_offset_value,
 )
 from actors.group.messages import (
+    AddTxnOffsets,
     AddTxnPartitions,
+    CommitEntry,
     CommitOffsets,
     DeleteGroups,
     DeleteOffsets,
@@ -79,6 +87,8 @@ from actors.group.messages import (
     ListGroups,
     ListTxns,
     OffsetsOwnership,
+    TxnCommitOffsets,
+    TxnOffsetsMarker,
 )
 from actors.group.state import (
     Group,
@@ -96,6 +106,7 @@ from actors.group.state import (
     SyncResult,
 )
 from actors.group.txn_coordinator import TXN_MESSAGES, TXN_REQUESTS, TxnCoordinator
+from actors.group.txn_offsets import PendingTxnOffsets
 from actors.partition import Produce, ProduceResult
 from actors.runtime import LoopActor
 from actors.services import Services, now_ms
@@ -157,7 +168,8 @@ def _group_ids(message: Any) -> Sequence[str] | None:
         return None
     if isinstance(message, DescribeTxns):
         return message.transactional_ids
-    if isinstance(message, InitTransactional | AddTxnPartitions | EndTransaction):
+    if isinstance(message, InitTransactional | AddTxnPartitions | AddTxnOffsets
+                  | EndTransaction):
         return (message.transactional_id,)
     if isinstance(message, EnsureReady):
         return None if message.group_id is None else (message.group_id,)
@@ -180,6 +192,7 @@ class GroupCoordinator(LoopActor):
         self._initial_delay_ms = services.settings.group_initial_rebalance_delay_ms
         self._groups: dict[str, Group] = {}  # of loaded partitions only
         self._offsets: dict[str, dict[tuple[str, int], OffsetValue]] = {}  # the same
+        self._pending_txn = PendingTxnOffsets()  # TxnOffsetCommits awaiting their marker
         self._timers: dict[str, asyncio.TimerHandle] = {}
         self._phase = _Phase.NEW
         self._partition_count = 0  # of `__consumer_offsets`, once READY
@@ -200,6 +213,7 @@ class GroupCoordinator(LoopActor):
             Leave: self._group_event,
             EnsureReady: self._ensure_ready,
             CommitOffsets: self._commit,
+            TxnCommitOffsets: self._txn_commit,
             FetchOffsets: self._fetch,
             DescribeGroups: self._describe,
             ListGroups: self._list,
@@ -210,6 +224,7 @@ class GroupCoordinator(LoopActor):
             _Appended: lambda m: m.done(m.error),
             _Created: self._created,
             OffsetsOwnership: self._ownership,
+            TxnOffsetsMarker: self._txn_marker,
         }
         for kind in LOADER_MESSAGES:
             self._internal[kind] = self._loader.receive
@@ -389,6 +404,7 @@ class GroupCoordinator(LoopActor):
                 for effect in group.unload():
                     if isinstance(effect, Reply):
                         effect.to(effect.result)
+        self._pending_txn.forget(lambda g: self._partition_of(g) == partition)
         self._txns.unload(partition)
         log.info("%s-%d: no longer owned; %d groups forgotten", OFFSETS_TOPIC, partition,
                  len(gone))
@@ -418,6 +434,7 @@ class GroupCoordinator(LoopActor):
         for group_id, offsets in load.offsets.items():
             if offsets:
                 self._group(group_id)
+        self._pending_txn.absorb(load.pending)
         self._txns.loaded(load.partition, load.coordinator_epoch, load.transactions)
         if self._expiry_timer is None:
             self._schedule_expiry()
@@ -445,7 +462,7 @@ class GroupCoordinator(LoopActor):
             message.reply(LeaveResult(error))
         elif isinstance(message, EnsureReady):
             message.reply(error)
-        elif isinstance(message, CommitOffsets):
+        elif isinstance(message, CommitOffsets | TxnCommitOffsets):
             message.reply([error] * len(message.entries))
         elif isinstance(message, DeleteGroups):
             message.reply([error] * len(message.group_ids))
@@ -546,24 +563,9 @@ class GroupCoordinator(LoopActor):
         if error != ErrorCode.NONE:
             m.reply([error] * len(m.entries))
             return
-        now = now_ms()
-        errors = []
-        records = []
-        values: list[tuple[tuple[str, int], OffsetValue]] = []
-        for entry in m.entries:
-            metadata = entry.metadata or ""
-            if len(metadata) > limits.offset_metadata_chars_max:
-                errors.append(ErrorCode.OFFSET_METADATA_TOO_LARGE)
-                continue
-            errors.append(ErrorCode.NONE)
-            value = OffsetValue(entry.offset, entry.leader_epoch, metadata, now)
-            values.append(((entry.topic, entry.partition), value))
-            records.append(
-                (
-                    encode_offset_key(m.group_id, entry.topic, entry.partition),
-                    encode_offset_value(value),
-                )
-            )
+        errors, values = _offset_values(m.entries, now_ms())
+        records = [(encode_offset_key(m.group_id, t, p), encode_offset_value(v))
+                   for (t, p), v in values]
         if not records:
             m.reply(errors)
             return
@@ -586,10 +588,63 @@ class GroupCoordinator(LoopActor):
             fetched = [FetchedOffset(t, p, v) for (t, p), v in sorted(offsets.items())]
         else:
             fetched = [FetchedOffset(t, p, offsets.get((t, p))) for t, p in m.partitions]
+        if m.require_stable and self._pending_txn.has_group(m.group_id):
+            unstable = ErrorCode.UNSTABLE_OFFSET_COMMIT
+            fetched = [FetchedOffset(f.topic, f.partition, None, unstable)
+                       if self._pending_txn.has_pending(m.group_id, (f.topic, f.partition))
+                       else f for f in fetched]
         if m.with_error:
             m.reply(ErrorCode.NONE, fetched)
         else:
             m.reply(fetched)
+
+    def _txn_commit(self, m: TxnCommitOffsets) -> None:
+        """TxnOffsetCommit: append the offsets as the producer's transactional batch; once it
+        is produced they are pending in its transaction (answered then)."""
+        group = self._groups.get(m.group_id)
+        if group is None and m.member_id:
+            m.reply([ErrorCode.UNKNOWN_MEMBER_ID] * len(m.entries))
+            return
+        group = group if group is not None else self._group(m.group_id)
+        error = group.check_txn_commit(m.member_id, m.group_instance_id, m.generation_id)
+        if error == ErrorCode.NONE:
+            partitions = [(e.topic, e.partition) for e in m.entries]
+            error = self._pending_txn.admits(m.group_id, m.producer_id, partitions)
+        if error != ErrorCode.NONE:
+            m.reply([error] * len(m.entries))
+            return
+        errors, values = _offset_values(m.entries, now_ms())
+        if not values:
+            m.reply(errors)
+            return
+        records = [(encode_offset_key(m.group_id, t, p), encode_offset_value(v))
+                   for (t, p), v in values]
+        incarnation = self._incarnation(m.group_id)
+
+        def appended(error: ErrorCode) -> None:
+            if error == ErrorCode.NONE:
+                if self._incarnation(m.group_id) == incarnation:
+                    self._pending_txn.add(m.group_id, m.producer_id, values)
+                m.reply(errors)
+            else:
+                failed = _txn_commit_error(error)
+                m.reply([failed if e == ErrorCode.NONE else e for e in errors])
+
+        self._append(m.group_id, records, appended, (m.producer_id, m.producer_epoch))
+
+    def _txn_marker(self, m: TxnOffsetsMarker) -> None:
+        """A producer's marker is committed on an offsets partition of this shard: its pending
+        offsets of that partition's groups are committed now, or dropped."""
+        if m.partition in self._loads:
+            self._loader.marker(m.partition, m.producer_id, m.commit, m.offset)
+            return
+        if m.partition not in self._loaded:
+            return  # not served: its next load replays the marker
+        ended = self._pending_txn.end(
+            m.producer_id, lambda g: self._partition_of(g) == m.partition, m.commit)
+        for group_id, offsets in ended.items():
+            self._group(group_id)
+            self._offsets.setdefault(group_id, {}).update(offsets)
 
     def _delete_offsets(self, m: DeleteOffsets) -> None:
         group = self._groups.get(m.group_id)
@@ -640,8 +695,8 @@ class GroupCoordinator(LoopActor):
         now = now_ms()
         retention_ms = self.services.settings.group_offset_retention_sec * 1000
         for group_id, group in list(self._groups.items()):
-            if group_id in self._expiring:
-                continue
+            if group_id in self._expiring or self._pending_txn.has_group(group_id):
+                continue  # a transaction's offsets pending: not idle
             offsets = self._offsets.get(group_id, {})
             doomed = expired_offsets(group, offsets, now, retention_ms)
             goes = group_expires(group, len(offsets) - len(doomed))
@@ -742,6 +797,7 @@ class GroupCoordinator(LoopActor):
             del self._groups[group_id]
             self._set_timer(group_id, None)
             offsets = self._offsets.pop(group_id, {})
+            self._pending_txn.drop_group(group_id)  # as the load does at the tombstone
             tombstones: list[tuple[bytes, bytes | None]] = [(encode_group_key(group_id), None)]
             tombstones += [(encode_offset_key(group_id, t, p), None) for t, p in offsets]
             self._append(group_id, tombstones, _settler(settle, index))
@@ -753,15 +809,20 @@ class GroupCoordinator(LoopActor):
         group_id: str,
         records: Sequence[tuple[bytes, bytes | None]],
         done: Callable[[ErrorCode], None],
+        producer: tuple[int, int] | None = None,
     ) -> None:
         """Append one batch to the group's offsets partition; `done(error)` runs later, in
-        this actor, once it is produced (acks=-1) or has failed."""
+        this actor, once it is produced (acks=-1) or has failed. `producer` (id, epoch): a
+        transactional batch of that producer, with no sequence (the coordinator's own)."""
         me = self.actor_ref
         ref = self.services.partition(OFFSETS_TOPIC, self._partition_of(group_id))
         if ref is None:
             me.tell(_Appended(done, ErrorCode.NOT_COORDINATOR))
             return
-        batch = build_batch([(key, value, ()) for key, value in records], base_timestamp=now_ms())
+        producer_id, producer_epoch = producer if producer is not None else (-1, -1)
+        batch = build_batch([(key, value, ()) for key, value in records], base_timestamp=now_ms(),
+                            producer_id=producer_id, producer_epoch=producer_epoch,
+                            transactional=producer is not None)
         view = memoryview(batch)
 
         def produced(result: ProduceResult) -> None:
@@ -774,8 +835,40 @@ class GroupCoordinator(LoopActor):
                 )
             me.tell(_Appended(done, result.error))
 
-        if not _tell(ref, Produce(view, iter_batches(view), -1, produced)):
+        message = Produce(view, iter_batches(view), -1, produced,
+                          from_coordinator=producer is not None)
+        if not _tell(ref, message):
             me.tell(_Appended(done, ErrorCode.NOT_COORDINATOR))
+
+
+def _offset_values(entries: Sequence[CommitEntry], now: int
+                   ) -> tuple[list[ErrorCode], list[tuple[tuple[str, int], OffsetValue]]]:
+    """A commit's error per entry (metadata too long) and the values of the others."""
+    errors = []
+    values: list[tuple[tuple[str, int], OffsetValue]] = []
+    for entry in entries:
+        metadata = entry.metadata or ""
+        if len(metadata) > limits.offset_metadata_chars_max:
+            errors.append(ErrorCode.OFFSET_METADATA_TOO_LARGE)
+            continue
+        errors.append(ErrorCode.NONE)
+        values.append(((entry.topic, entry.partition),
+                       OffsetValue(entry.offset, entry.leader_epoch, metadata, now)))
+    return errors, values
+
+
+# The partition's transactional refusals reach the producer as they are (Kafka's storeOffsets
+# passes them on): an older epoch fences it; the others are retriable or its own mistake.
+_TXN_APPEND_ERRORS = {
+    ErrorCode.INVALID_PRODUCER_EPOCH,
+    ErrorCode.PRODUCER_FENCED,
+    ErrorCode.INVALID_TXN_STATE,
+    ErrorCode.CONCURRENT_TRANSACTIONS,
+}
+
+
+def _txn_commit_error(error: ErrorCode) -> ErrorCode:
+    return error if error in _TXN_APPEND_ERRORS else _commit_error(error)
 
 
 def _not_described(group_id: str, error: ErrorCode) -> GroupDescription:

@@ -45,3 +45,19 @@ txn_persist_retry_ms = 500
 # How often the coordinator looks for Ongoing transactions past their timeout and idle ids
 # past their expiration, at most (it wakes at the next such deadline, or after this).
 txn_check_interval_ms_max = 10_000
+
+# Transactional offset commits (TxnOffsetCommit) are pending until their transaction's marker
+# lands on the group's offsets partition (actors/group/txn_offsets.py). Partitions pending per
+# producer, across its groups (Kafka has no bound; as `partitions_per_transaction_max`): past
+# it TxnOffsetCommit is an INVALID_REQUEST.
+txn_offsets_per_producer_max = 10_000
+
+# Producers with pending transactional offsets in one coordinator (Kafka has no bound): past
+# it a new producer's TxnOffsetCommit is answered COORDINATOR_NOT_AVAILABLE and the client
+# retries; the open ones end within transaction.max.timeout.ms.
+txn_offset_producers_max = 10_000
+
+# Transaction markers that land on an offsets partition while it loads, past the log end the
+# load replays up to: applied once the load has replayed. Past this the load starts again
+# (its new log end includes them).
+load_late_markers_max = 10_000

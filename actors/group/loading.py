@@ -3,13 +3,19 @@ actor and replayed into the groups and offsets it describes, kept apart until th
 whole and then handed to the coordinator.
 
 Replay (`PartitionLoad.replay`) of groups, offsets and transactional ids: the last value per
-key wins and a null value (a tombstone) deletes the key, as compaction would; control
-batches are skipped. A load is done once it has replayed up to its `target`, the log end the
-partition had when the load began. On a new
-Raft leader that end includes entries not yet committed; they are committed (by the leader's
-first entry of its term) before its high watermark passes them, so a load reads only up to
-the high watermark and waits for it to reach the target. What a load replays never touches
-the groups being served: a load cut short (leadership moved again) is dropped whole.
+key wins and a null value (a tombstone) deletes the key, as compaction would. A transactional
+batch's offsets (TxnOffsetCommit) are pending for its producer (actors/group/txn_offsets.py)
+until that producer's COMMIT control batch, which makes them committed, or its ABORT, which
+drops them; a group's tombstone drops its pending ones too. Other control batches (a Raft
+leader's LEADER_CHANGE) hold nothing for the coordinator. What is still pending at the end
+stays pending: its marker comes later, and the Partition tells the coordinator (a marker that
+lands while the load runs, past its target, is kept in `late_markers` and applied once the
+replay is whole). A load is done once it has replayed up to its `target`, the log end the
+partition had when the load began. On a new Raft leader that end includes entries not yet
+committed; they are committed (by the leader's first entry of its term) before its high
+watermark passes them, so a load reads only up to the high watermark and waits for it to reach
+the target. What a load replays never touches the groups being served: a load cut short
+(leadership moved again) is dropped whole.
 
     loader.start(p)  --PartitionInfo-->  target = next_offset
                      --Read(log start)-->  replay ... --Read(next)-->  replay
@@ -43,8 +49,10 @@ from actors.group.log_records import (
     decode_transaction_value,
 )
 from actors.group.transactions import TxnMetadata
+from actors.group.txn_offsets import PendingTxnOffsets
 from actors.partition import FetchBudget, PartitionInfo, Read, ReadResult
 from actors.services import Services, now_ms
+from actors.txn_state import COMMIT, marker_type
 from actors.watermarks import Waiter
 from storage import FileSlice
 from wire.errors import DecodeError, ErrorCode
@@ -93,6 +101,9 @@ class PartitionLoad:
     offsets: dict[str, Offsets] = field(default_factory=dict)  # group id -> committed
     restored: dict[str, GroupSnapshot] = field(default_factory=dict)  # last metadata
     transactions: dict[str, TxnMetadata] = field(default_factory=dict)  # transactional ids
+    pending: PendingTxnOffsets = field(default_factory=PendingTxnOffsets)  # TxnOffsetCommits
+    # (producer id, commit) of markers that landed past the target while loading, in order.
+    late_markers: list[tuple[int, bool]] = field(default_factory=list)
     # The epoch transaction markers carry while this load is served: the partition's leader
     # epoch when its PartitionInfo says it, else the load's id (it grows with every load).
     coordinator_epoch: int = 0
@@ -117,17 +128,33 @@ class PartitionLoad:
                 log.error("%s-%d: bad batch at offset %d: %s; skipped", OFFSETS_TOPIC,
                           self.partition, offset, e)
                 return offset
-            if not header.is_control:  # a Raft leader's LEADER_CHANGE holds no group record
+            if header.is_control:
+                if header.producer_id >= 0 and header.next_offset > offset:
+                    kind = marker_type(data[position : position + size])
+                    if kind is not None:
+                        self.end_transaction(header.producer_id, kind == COMMIT)
+            else:
+                producer_id = header.producer_id if header.is_transactional else -1
                 for record in records:
                     if record.offset >= offset and record.key is not None:
-                        self._replay_record(record.key, record.value)
+                        self._replay_record(record.key, record.value, producer_id)
             offset = max(offset, header.next_offset)
             position += size
 
-    def _replay_record(self, key_bytes: bytes, value: bytes | None) -> None:
+    def end_transaction(self, producer_id: int, commit: bool) -> None:
+        """The producer's marker: its pending offsets become committed, or go."""
+        ended = self.pending.end(producer_id, lambda _group: True, commit)
+        for group_id, offsets in ended.items():
+            self.offsets.setdefault(group_id, {}).update(offsets)
+
+    def _replay_record(self, key_bytes: bytes, value: bytes | None, producer_id: int) -> None:
+        """`producer_id`: the transactional batch's producer, else -1."""
         try:
             key = decode_key(key_bytes)
-            if isinstance(key, OffsetKey):
+            if isinstance(key, OffsetKey) and producer_id >= 0 and value is not None:
+                tp = (key.topic, key.partition)
+                self.pending.add(key.group_id, producer_id, [(tp, decode_offset_value(value))])
+            elif isinstance(key, OffsetKey):
                 offsets = self.offsets.setdefault(key.group_id, {})
                 if value is None:
                     offsets.pop((key.topic, key.partition), None)
@@ -143,6 +170,7 @@ class PartitionLoad:
                     self.restored[key.group_id] = decode_group_value(value)
                 else:
                     self.restored.pop(key.group_id, None)
+                    self.pending.drop_group(key.group_id)
         except DecodeError as e:
             log.error("%s-%d: record does not decode: %s; skipped", OFFSETS_TOPIC,
                       self.partition, e)
@@ -276,8 +304,26 @@ class PartitionLoader:
             load.waiter = None
             self._read(load, offset)  # it moved already
 
+    def marker(self, partition: int, producer_id: int, commit: bool, offset: int) -> None:
+        """A transaction marker at `offset` landed on `partition` while it loads: one below
+        the target is replayed anyway; one past it is applied once the replay is whole (the
+        offsets it ends may not be replayed yet). Too many: the load starts again."""
+        load = self.loads.get(partition)
+        if load is None or load.target is not None and offset < load.target:
+            return
+        if len(load.late_markers) >= limits.load_late_markers_max:
+            log.warning("%s-%d: %d markers while loading; the load starts again",
+                        OFFSETS_TOPIC, partition, len(load.late_markers))
+            self.cancel(partition)
+            self.start(partition)
+            return
+        load.late_markers.append((producer_id, commit))
+
     def _finish(self, load: PartitionLoad) -> None:
         del self.loads[load.partition]
+        for producer_id, commit in load.late_markers:
+            load.end_transaction(producer_id, commit)
+        load.late_markers.clear()
         self._done(load)
 
     def _fail(self, load: PartitionLoad, error: ErrorCode, offset: int) -> None:

@@ -2,13 +2,15 @@
 values and a reply callback each, so a coordinator on another shard differs only by its
 ActorRef. Requests for a group id go to `Services.group_coordinator(group_id)`.
 
-The transaction messages (`InitTransactional`, `AddTxnPartitions`, `EndTransaction`,
-`DescribeTxns`, `ListTxns`) go to the coordinator of the transactional id, found the same way
-(`Services.group_coordinator(transactional_id)`): it owns the id's `__consumer_offsets`
-partition. Their replies carry plain values only (they cross shards generically).
+The transaction messages (`InitTransactional`, `AddTxnPartitions`, `AddTxnOffsets`,
+`EndTransaction`, `DescribeTxns`, `ListTxns`) go to the coordinator of the transactional id,
+found the same way (`Services.group_coordinator(transactional_id)`): it owns the id's
+`__consumer_offsets` partition. Their replies carry plain values only (they cross shards
+generically). `TxnCommitOffsets` goes to the GROUP's coordinator, as `CommitOffsets` does.
 
-`OffsetsOwnership` is the one message from the shard itself rather than a request: which
-`__consumer_offsets` partitions the coordinator owns, as their leadership moves.
+`OffsetsOwnership` and `TxnOffsetsMarker` come from the shard itself rather than from a
+client: which `__consumer_offsets` partitions the coordinator owns, as their leadership moves;
+and a transaction marker committed on one of them.
 """
 
 from __future__ import annotations
@@ -37,6 +39,9 @@ __all__ = [
     "InitTransactional",
     "AddTxnPartitions",
     "EndTransaction",
+    "AddTxnOffsets",
+    "TxnCommitOffsets",
+    "TxnOffsetsMarker",
     "TxnDescription",
     "DescribeTxns",
     "TxnListing",
@@ -89,6 +94,9 @@ class FetchedOffset(NamedTuple):
     topic: str
     partition: int
     value: OffsetValue | None  # None: nothing committed
+    # UNSTABLE_OFFSET_COMMIT: asked with `require_stable` while a transaction holds a pending
+    # offset of this partition for the group (value None).
+    error: ErrorCode = ErrorCode.NONE
 
 
 class FetchOffsets(NamedTuple):
@@ -100,6 +108,7 @@ class FetchOffsets(NamedTuple):
     partitions: list[tuple[str, int]] | None  # None: every committed partition
     reply: Callable[..., None]
     with_error: bool = False
+    require_stable: bool = False  # OffsetFetch v7+ RequireStable
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,6 +177,45 @@ class EndTransaction(NamedTuple):
     producer_epoch: int
     commit: bool
     reply: Callable[[ErrorCode], None]
+
+
+class AddTxnOffsets(NamedTuple):
+    """AddOffsetsToTxn: the transaction takes the group's `__consumer_offsets` partition, as
+    AddPartitionsToTxn takes a partition (`reply(error)`). Goes to the transactional id's
+    coordinator."""
+
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    group_id: str
+    reply: Callable[[ErrorCode], None]
+
+
+class TxnCommitOffsets(NamedTuple):
+    """TxnOffsetCommit: the offsets, pending in the producer's transaction until its marker
+    (actors/group/txn_offsets.py). Goes to the GROUP's coordinator. `generation_id` -1 and
+    `member_id` "" (before v3): no member checks."""
+
+    transactional_id: str
+    group_id: str
+    producer_id: int
+    producer_epoch: int
+    generation_id: int
+    member_id: str
+    group_instance_id: str | None
+    entries: list[CommitEntry]
+    reply: Callable[[list[ErrorCode]], None]  # one per entry
+
+
+class TxnOffsetsMarker(NamedTuple):
+    """From a `__consumer_offsets` Partition leader to its shard's coordinator: the
+    producer's COMMIT or ABORT marker at `offset` is committed there; its pending offsets of
+    that partition's groups become committed (or are dropped)."""
+
+    partition: int
+    producer_id: int
+    commit: bool
+    offset: int
 
 
 class TxnDescription(NamedTuple):

@@ -202,6 +202,22 @@ class Group:
             return ErrorCode.ILLEGAL_GENERATION
         return ErrorCode.NONE
 
+    def check_txn_commit(
+        self, member_id: str, group_instance_id: str | None, generation_id: int
+    ) -> ErrorCode:
+        """May a transactional producer commit offsets for this member now? (Kafka's
+        doTxnCommitOffsets checks, in order: TxnOffsetCommit v3 names the consumer's member
+        and generation; before v3, "" and -1 skip them.)"""
+        if self.state == GroupState.DEAD:
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        if self._fenced(member_id, group_instance_id):
+            return ErrorCode.FENCED_INSTANCE_ID
+        if member_id and member_id not in self._members:
+            return ErrorCode.UNKNOWN_MEMBER_ID
+        if generation_id >= 0 and generation_id != self.generation_id:
+            return ErrorCode.ILLEGAL_GENERATION
+        return ErrorCode.NONE
+
     # Events ----------------------------------------------------------------------------------
 
     def join(self, e: Join, now_ms: int) -> list[Effect]:

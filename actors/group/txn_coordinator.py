@@ -32,9 +32,10 @@ from typing import Any, NamedTuple
 from pykka import ActorDeadError
 
 from actors.controller import AllocateProducerId
-from actors.group import limits
+from actors.group import OFFSETS_TOPIC, limits
 from actors.group.log_records import encode_transaction_key, encode_transaction_value
 from actors.group.messages import (
+    AddTxnOffsets,
     AddTxnPartitions,
     DescribeTxns,
     EndTransaction,
@@ -59,7 +60,8 @@ __all__ = ["TXN_MESSAGES", "TXN_REQUESTS", "TxnCoordinator"]
 
 log = logging.getLogger(__name__)
 
-TXN_REQUESTS = (InitTransactional, AddTxnPartitions, EndTransaction, DescribeTxns, ListTxns)
+TXN_REQUESTS = (InitTransactional, AddTxnPartitions, AddTxnOffsets, EndTransaction,
+                DescribeTxns, ListTxns)
 
 
 class _Allocated(NamedTuple):
@@ -121,6 +123,7 @@ class TxnCoordinator:
         self.handlers: dict[type, Callable[[Any], None]] = {
             InitTransactional: self._init,
             AddTxnPartitions: self._add,
+            AddTxnOffsets: self._add_offsets,
             EndTransaction: self._end,
             DescribeTxns: self._describe,
             ListTxns: self._list,
@@ -136,6 +139,13 @@ class TxnCoordinator:
     def _add(self, m: AddTxnPartitions) -> None:
         self._run(self.table.add_partitions(m.transactional_id, m.producer_id,
                                             m.producer_epoch, m.partitions, now_ms(), m.reply))
+
+    def _add_offsets(self, m: AddTxnOffsets) -> None:
+        """AddOffsetsToTxn is AddPartitionsToTxn of the group's offsets partition: its
+        marker then ends the transaction's offsets there (Kafka's handleAddOffsetsToTxn)."""
+        partition = (OFFSETS_TOPIC, self._partition_of(m.group_id))
+        self._run(self.table.add_partitions(m.transactional_id, m.producer_id,
+                                            m.producer_epoch, [partition], now_ms(), m.reply))
 
     def _end(self, m: EndTransaction) -> None:
         self._run(self.table.end_txn(m.transactional_id, m.producer_id, m.producer_epoch,
@@ -177,7 +187,7 @@ class TxnCoordinator:
         """Answer a transaction request that cannot be served here (now)."""
         if isinstance(message, InitTransactional):
             message.reply(error, -1, -1)
-        elif isinstance(message, AddTxnPartitions | EndTransaction):
+        elif isinstance(message, AddTxnPartitions | AddTxnOffsets | EndTransaction):
             message.reply(error)
         elif isinstance(message, DescribeTxns):
             message.reply([TxnDescription(t, error) for t in message.transactional_ids])

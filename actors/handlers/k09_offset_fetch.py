@@ -1,11 +1,12 @@
 """OffsetFetch (key 9), versions 0-9.
 
 v1 offsets from `__consumer_offsets` (v0 meant ZooKeeper in Kafka; both read the same store
-here); v2 a null topic list means every committed partition, and a top-level error; v3
-throttle time; v4 same; v5 CommittedLeaderEpoch; v6 flexible; v7 RequireStable (no
-transactions here, so every offset is stable); v8 several groups per request (Groups in and
-out); v9 MemberId and MemberEpoch per group (KIP-848; ignored for classic groups). A
-partition with no commit answers offset -1, as Kafka does.
+here); v2 a null topic list means every committed partition, and a top-level error; v3 throttle
+time; v4 same; v5 CommittedLeaderEpoch; v6 flexible; v7 RequireStable (a partition whose offset
+a transaction holds pending, TxnOffsetCommit not yet committed, answers UNSTABLE_OFFSET_COMMIT
+and the client retries; without it, the last committed offset); v8 several groups per request
+(Groups in and out); v9 MemberId and MemberEpoch per group (KIP-848; ignored for classic
+groups). A partition with no commit answers offset -1, as Kafka does.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ API_KEY = 9
 MIN_VERSION = 0
 MAX_VERSION = 9
 REQUEST = OffsetFetchRequest
+
+_REQUIRE_STABLE_SINCE_VERSION = 7
 
 # What one group's fetch came back with: (error, offsets).
 _Fetched = tuple[ErrorCode, list[FetchedOffset]]
@@ -61,10 +64,12 @@ def handle(ctx: Any, request: OffsetFetchRequest) -> None:
             )
         )
 
+    require_stable = ctx.version >= _REQUIRE_STABLE_SINCE_VERSION and request.require_stable
     join = Join(len(queries), done)
     for index, (group_id, wanted) in enumerate(queries):
         slot = join.slot(index)
-        message = FetchOffsets(group_id, wanted, _answer(slot, wanted), with_error=True)
+        message = FetchOffsets(group_id, wanted, _answer(slot, wanted), with_error=True,
+                               require_stable=require_stable)
         if not tell_coordinator(ctx, group_id, message):
             slot(_failed(wanted, ErrorCode.NOT_COORDINATOR))
 
@@ -104,7 +109,7 @@ def _topics(
                 committed_offset=v.offset if v is not None else -1,
                 committed_leader_epoch=v.leader_epoch if v is not None else -1,
                 metadata=v.metadata if v is not None else "",
-                error_code=error or ErrorCode.NONE,
+                error_code=error or f.error,
             )
         )
     return [topic_cls(name=name, partitions=parts) for name, parts in by_topic.items()]

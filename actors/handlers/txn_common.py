@@ -1,4 +1,4 @@
-"""What the transaction handlers (keys 22, 24, 26, 65, 66) share: reaching a transactional
+"""What the transaction handlers (keys 22, 24, 25, 26, 65, 66) share: reaching a transactional
 id's coordinator (the GroupCoordinator that owns its `__consumer_offsets` partition, as for a
 group id) and the error older request versions get instead of PRODUCER_FENCED."""
 

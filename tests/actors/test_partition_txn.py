@@ -12,6 +12,8 @@ from typing import Any
 
 import pytest
 
+from actors.group import OFFSETS_TOPIC
+from actors.group.messages import TxnOffsetsMarker
 from actors.partition import (
     LATEST_TIMESTAMP,
     DeleteRecords,
@@ -66,6 +68,11 @@ class Services:
     def segments_removed(self, paths: list[str]) -> None:
         pass
 
+    def local_group_coordinator(self) -> Any:
+        return self.coordinator
+
+    coordinator: Any = None
+
 
 loop = pytest.fixture(actor_loop)
 
@@ -77,9 +84,11 @@ class Harness:
         self.directory = tmp_path / "t-0"
         self.ref = self.start()
 
+    topic = "t"
+
     def start(self) -> Any:
         settings = TopicSettings(1 << 30, 1 << 40, 1 << 20, False, False)
-        return Partition.start("t", 0, self.directory, settings, self.services)
+        return Partition.start(self.topic, 0, self.directory, settings, self.services)
 
     def restart(self) -> None:
         ref = self.ref
@@ -100,6 +109,17 @@ class Harness:
                             transactional=transactional)
         result: ProduceResult = self.ask(
             lambda reply: Produce(memoryview(batch), iter_batches(batch), -1, reply))
+        return result
+
+    def coordinator_produce(self, *, epoch: int, from_coordinator: bool = True
+                            ) -> ProduceResult:
+        """A transactional batch with no sequence, as the group coordinator appends a
+        TxnOffsetCommit's offsets."""
+        batch = build_batch([(b"k", b"v", [])], producer_id=PID, producer_epoch=epoch,
+                            transactional=True)
+        result: ProduceResult = self.ask(lambda reply: Produce(
+            memoryview(batch), iter_batches(batch), -1, reply,
+            from_coordinator=from_coordinator))
         return result
 
     def marker(self, commit: bool, *, pid: int = PID, epoch: int = 0) -> ErrorCode:
@@ -183,6 +203,45 @@ def test_markers_fence_older_epochs_and_bump_newer_ones(partition: Harness) -> N
         ErrorCode.INVALID_PRODUCER_EPOCH)
     assert partition.produce([b"new"], epoch=3, sequence=0).error == ErrorCode.NONE
     assert partition.read(0, True).aborted_transactions == [(PID, 0)]
+
+
+def test_the_coordinators_batches_have_no_sequence_and_keep_epoch_fencing(
+        partition: Harness) -> None:
+    assert partition.coordinator_produce(epoch=1).error == ErrorCode.NONE
+    assert partition.coordinator_produce(epoch=1).error == ErrorCode.NONE  # never a duplicate
+    assert partition.info()["open_transactions"] == 1
+    assert partition.coordinator_produce(epoch=0).error == ErrorCode.INVALID_PRODUCER_EPOCH
+    assert partition.marker(commit=True, epoch=1) == ErrorCode.NONE
+    assert partition.coordinator_produce(epoch=1, from_coordinator=False).error == (
+        ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER)  # a client's batch needs its sequence
+    partition.restart()  # rebuilt from the log: the epoch still fences
+    assert partition.coordinator_produce(epoch=0).error == ErrorCode.INVALID_PRODUCER_EPOCH
+
+
+def test_an_offsets_partition_tells_its_coordinator_of_committed_markers(
+        loop: asyncio.AbstractEventLoop, tmp_path: Path) -> None:
+    told: list[Any] = []
+
+    class Coordinator:
+        def tell(self, message: Any) -> None:
+            told.append(message)
+
+    Harness.topic = OFFSETS_TOPIC
+    try:
+        offsets = Harness(loop, tmp_path)
+    finally:
+        Harness.topic = "t"
+    offsets.services.coordinator = Coordinator()
+    assert offsets.coordinator_produce(epoch=0).error == ErrorCode.NONE
+    assert offsets.marker(commit=True) == ErrorCode.NONE
+    assert offsets.marker(commit=False, epoch=1) == ErrorCode.NONE
+    assert told == [TxnOffsetsMarker(0, PID, True, 1), TxnOffsetsMarker(0, PID, False, 2)]
+
+    plain = Harness(loop, tmp_path / "plain")  # another topic's markers tell no coordinator
+    plain.services.coordinator = Coordinator()
+    plain.produce([b"x"])
+    assert plain.marker(commit=True) == ErrorCode.NONE
+    assert len(told) == 2
 
 
 def test_a_marker_without_a_transaction_is_written_and_lists_nothing(
