@@ -307,7 +307,9 @@ class PartitionLoader:
     def marker(self, partition: int, producer_id: int, commit: bool, offset: int) -> None:
         """A transaction marker at `offset` landed on `partition` while it loads: one below
         the target is replayed anyway; one past it is applied once the replay is whole (the
-        offsets it ends may not be replayed yet). Too many: the load starts again."""
+        offsets it ends may not be replayed yet). If the last read went past the target and
+        replayed it too, applying it again ends nothing: the producer's next offsets on this
+        partition wait for the load. Too many: the load starts again."""
         load = self.loads.get(partition)
         if load is None or load.target is not None and offset < load.target:
             return

@@ -14,14 +14,14 @@ from typing import Any
 
 import pytest
 
-from actors.group import offsets_partition
+from actors.group import limits, offsets_partition
 from actors.group.messages import (
     CommitEntry,
     DeleteGroups,
     FetchOffsets,
     TxnCommitOffsets,
 )
-from actors.partition import WriteTxnMarker
+from actors.partition import Read, WriteTxnMarker
 from tests.actors.test_group_coordinator import PARTITIONS, Node, ask, group_in, loop, start
 from tests.support.actor_loop import settle
 from wire.errors import ErrorCode as E
@@ -143,3 +143,45 @@ def test_member_checks_and_a_deleted_group_drops_its_pending_offsets(
     coordinator.stop(block=False)
     settle(loop, lambda: not coordinator.is_alive())
     assert fetched(loop, serve(node), g) == (E.NONE, None)  # the load agrees
+
+
+class HoldReads:
+    """Stands for an offsets partition: passes everything on but a load's reads, which it
+    holds until `release` (a load whose target is known, its replay not yet done)."""
+
+    def __init__(self, ref: Any) -> None:
+        self.ref = ref
+        self.held: list[Any] | None = []
+
+    def tell(self, message: Any) -> None:
+        if isinstance(message, Read) and self.held is not None:
+            self.held.append(message)
+        else:
+            self.ref.tell(message)
+
+    def release(self) -> None:
+        held, self.held = self.held or [], None
+        for message in held:
+            self.ref.tell(message)
+
+
+def test_a_marker_past_a_loads_target_is_applied_once_it_has_replayed(
+        loop: asyncio.AbstractEventLoop, node: OffsetsNode,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # One batch per read: the load's last read stops at its target, short of the marker.
+    monkeypatch.setattr(limits, "load_read_bytes_max", 1)
+    g = group_in(1)
+    coordinator = serve(node)
+    assert txn_commit(loop, coordinator, g, 21) == [E.NONE]
+    coordinator.stop(block=False)
+    settle(loop, lambda: not coordinator.is_alive())
+    p = offsets_partition(g, PARTITIONS)
+    gate = node.gates[p]
+    holding = HoldReads(gate.ref)
+    node.gates[p] = holding  # type: ignore[assignment]
+    again = serve(node)
+    settle(loop, lambda: bool(holding.held))  # the target is known; its read waits
+    marker(loop, node, g, commit=True)  # lands past the target
+    loop.run_until_complete(asyncio.sleep(0.05))
+    holding.release()
+    settled(loop, again, g, (E.NONE, 21))
