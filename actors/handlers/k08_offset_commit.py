@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from actors.group.messages import CommitEntry, CommitOffsets
-from actors.handlers.group_common import tell_coordinator
+from actors.group.messages import CommitOffsets
+from actors.handlers.group_common import CommitParts, tell_coordinator
 from wire.errors import ErrorCode
 from wire.messages.offset_commit import OffsetCommitRequest, OffsetCommitResponse
 
@@ -30,44 +30,17 @@ REQUEST = OffsetCommitRequest
 
 def handle(ctx: Any, request: OffsetCommitRequest) -> None:
     version = ctx.version
-    topics = ctx.services.topics().topics
-    parts = [(t.name, p) for t in request.topics for p in t.partitions]
-    errors: list[ErrorCode | None] = [None] * len(parts)
-    entries = []
-    for index, (topic, p) in enumerate(parts):
-        info = topics.get(topic)
-        if info is None or not 0 <= p.partition_index < info.partitions:
-            errors[index] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-            continue
-        entries.append(
-            CommitEntry(
-                topic,
-                p.partition_index,
-                p.committed_offset,
-                p.committed_leader_epoch if version >= 6 else -1,
-                p.committed_metadata,
-            )
-        )
+    parts = CommitParts(ctx, request.topics, leader_epochs=version >= 6)
 
     def reply(results: list[ErrorCode]) -> None:
-        it = iter(results)
-        final = [e if e is not None else next(it) for e in errors]
-        by_topic: dict[str, list[OffsetCommitResponsePartition]] = {}
-        for (topic, p), error in zip(parts, final, strict=True):
-            by_topic.setdefault(topic, []).append(
-                OffsetCommitResponsePartition(partition_index=p.partition_index, error_code=error)
-            )
-        ctx.respond(
-            OffsetCommitResponse(
-                throttle_time_ms=0,
-                topics=[
-                    OffsetCommitResponseTopic(name=name, partitions=partitions)
-                    for name, partitions in by_topic.items()
-                ],
-            )
-        )
+        by_topic = parts.by_topic(results, lambda index, error: OffsetCommitResponsePartition(
+            partition_index=index, error_code=error))
+        ctx.respond(OffsetCommitResponse(
+            throttle_time_ms=0,
+            topics=[OffsetCommitResponseTopic(name=name, partitions=partitions)
+                    for name, partitions in by_topic.items()]))
 
-    if not entries:
+    if not parts.entries:
         reply([])
         return
     message = CommitOffsets(
@@ -75,8 +48,8 @@ def handle(ctx: Any, request: OffsetCommitRequest) -> None:
         generation_id=request.generation_id_or_member_epoch if version >= 1 else -1,
         member_id=request.member_id if version >= 1 else "",
         group_instance_id=request.group_instance_id if version >= 7 else None,
-        entries=entries,
+        entries=parts.entries,
         reply=reply,
     )
     if not tell_coordinator(ctx, request.group_id, message):
-        reply([ErrorCode.NOT_COORDINATOR] * len(entries))
+        reply([ErrorCode.NOT_COORDINATOR] * len(parts.entries))

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from actors.group.messages import CommitEntry, TxnCommitOffsets
-from actors.handlers.group_common import tell_coordinator
+from actors.group.messages import TxnCommitOffsets
+from actors.handlers.group_common import CommitParts, tell_coordinator
 from wire.errors import ErrorCode
 from wire.messages.txn_offset_commit import TxnOffsetCommitRequest, TxnOffsetCommitResponse
 
@@ -34,32 +34,18 @@ _LEADER_EPOCH_SINCE_VERSION = 2
 
 def handle(ctx: Any, request: TxnOffsetCommitRequest) -> None:
     version = ctx.version
-    topics = ctx.services.topics().topics
-    parts = [(t.name, p) for t in request.topics for p in t.partitions]
-    errors: list[ErrorCode | None] = [None] * len(parts)
-    entries = []
-    for index, (topic, p) in enumerate(parts):
-        info = topics.get(topic)
-        if info is None or not 0 <= p.partition_index < info.partitions:
-            errors[index] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-            continue
-        epoch = p.committed_leader_epoch if version >= _LEADER_EPOCH_SINCE_VERSION else -1
-        entries.append(CommitEntry(topic, p.partition_index, p.committed_offset, epoch,
-                                   p.committed_metadata))
+    parts = CommitParts(ctx, request.topics,
+                        leader_epochs=version >= _LEADER_EPOCH_SINCE_VERSION)
 
     def reply(results: list[ErrorCode]) -> None:
-        it = iter(results)
-        final = [e if e is not None else next(it) for e in errors]
-        by_topic: dict[str, list[PartitionResult]] = {}
-        for (topic, p), error in zip(parts, final, strict=True):
-            by_topic.setdefault(topic, []).append(
-                PartitionResult(partition_index=p.partition_index, error_code=error))
+        by_topic = parts.by_topic(results, lambda index, error: PartitionResult(
+            partition_index=index, error_code=error))
         ctx.respond(TxnOffsetCommitResponse(
             throttle_time_ms=0,
-            topics=[TopicResult(name=name, partitions=results)
-                    for name, results in by_topic.items()]))
+            topics=[TopicResult(name=name, partitions=partitions)
+                    for name, partitions in by_topic.items()]))
 
-    if not entries:
+    if not parts.entries:
         reply([])
         return
     members = version >= _MEMBER_SINCE_VERSION
@@ -71,8 +57,8 @@ def handle(ctx: Any, request: TxnOffsetCommitRequest) -> None:
         generation_id=request.generation_id if members else -1,
         member_id=request.member_id if members else "",
         group_instance_id=request.group_instance_id if members else None,
-        entries=entries,
+        entries=parts.entries,
         reply=reply,
     )
     if not tell_coordinator(ctx, request.group_id, message):
-        reply([ErrorCode.NOT_COORDINATOR] * len(entries))
+        reply([ErrorCode.NOT_COORDINATOR] * len(parts.entries))

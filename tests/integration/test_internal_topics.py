@@ -11,13 +11,14 @@ CreateTopics of a missing internal topic is refused with INVALID_REQUEST.
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
 
 from tests.support.broker import BrokerProcess
@@ -32,6 +33,7 @@ OFFSETS = "__consumer_offsets"
 TRANSACTIONS = "__transaction_state"
 OFFSETS_PARTITIONS = 4  # not the default (50) nor the plain default (1): the layout shows
 _WAIT_S = 30.0
+_UNKNOWN_RETRIES = 50  # asking about a topic being created: 5 s at most
 
 
 @pytest.fixture
@@ -70,14 +72,29 @@ def _topic_names(broker: BrokerProcess) -> set[str]:
 
 
 def _cleanup_policy(broker: BrokerProcess, topic: str) -> str:
+    """The topic's cleanup.policy. A topic its owner is still creating may be known to one
+    shard and not yet to the one this connection lands on (each shard takes the new table
+    in turn; CreateTopics answers once all have it): ask again while it is unknown."""
     admin = AdminClient({"bootstrap.servers": broker.bootstrap})
     resource = ConfigResource(ResourceType.TOPIC, topic)
-    entries = admin.describe_configs([resource], request_timeout=10)[resource].result(timeout=15)
-    return str(entries["cleanup.policy"].value)
+    for _ in range(_UNKNOWN_RETRIES):
+        try:
+            entries = admin.describe_configs([resource], request_timeout=10)[resource].result(
+                timeout=15)
+            return str(entries["cleanup.policy"].value)
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
+                raise
+            time.sleep(0.1)
+    raise AssertionError(f"{topic} unknown to DescribeConfigs after {_UNKNOWN_RETRIES} tries")
 
 
 def _assert_owner_layout(broker: BrokerProcess) -> None:
-    offsets = _metadata(broker, [OFFSETS], allow=False)[OFFSETS]
+    for _ in range(_UNKNOWN_RETRIES):  # see _cleanup_policy: a shard may not have it yet
+        offsets = _metadata(broker, [OFFSETS], allow=False)[OFFSETS]
+        if offsets.error_code != ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+            break
+        time.sleep(0.1)
     assert offsets.error_code == ErrorCode.NONE
     assert offsets.is_internal
     assert len(offsets.partitions) == OFFSETS_PARTITIONS
