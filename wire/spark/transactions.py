@@ -159,7 +159,7 @@ class TransactionClient:
         last = "no answer"
         while True:
             try:
-                connection = self._connection(self._coordinator(transactional_id, deadline))
+                connection = self._connection(self._coordinator(transactional_id))
                 error, result = call(connection)
             except (OSError, ConnectionError) as exc:  # the broker went away: find it again
                 self._forget(transactional_id)
@@ -179,7 +179,7 @@ class TransactionClient:
             time.sleep(backoff)
             backoff = min(backoff * 2, _BACKOFF_MAX_S)
 
-    def _coordinator(self, transactional_id: str, deadline: float) -> tuple[str, int]:
+    def _coordinator(self, transactional_id: str) -> tuple[str, int]:
         found = self._coordinators.get(transactional_id)
         if found is not None:
             return found
