@@ -36,6 +36,7 @@ from actors.services import BrokerSettings, TopicInfo, TopicTable
 from actors.topic_config import TopicSettings
 from shards.watch import WatchService
 from tests.support.actor_loop import actor_loop, settle
+from tests.support.io_pool import pool_call
 from wire.errors import ErrorCode as E
 from wire.record_batch import iter_batches
 from wire.records import build_batch
@@ -119,13 +120,7 @@ class Node:
         raise AssertionError("the topic exists: nothing to create")
 
     def run_blocking(self, fn: Callable[[], Any], done: Callable[[Any, Any], None]) -> None:
-        def run() -> None:
-            try:
-                result, error = fn(), None
-            except Exception as e:  # handed to `done`, as the I/O pool does
-                result, error = None, e
-            done(result, error)
-
+        run = pool_call(fn, done)
         if self.hold_io:
             self.held_io.append(run)
         else:

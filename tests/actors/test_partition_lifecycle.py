@@ -22,6 +22,7 @@ from actors.topic_config import TopicSettings
 from actors.watermarks import Watermarks
 from shards.watch import WatchService
 from tests.support.actor_loop import actor_loop, settle
+from tests.support.io_pool import pool_call
 from wire.errors import ErrorCode
 from wire.record_batch import iter_batches
 from wire.records import build_batch
@@ -40,14 +41,7 @@ class HeldServices:
         self.held: list[Callable[[], None]] = []
 
     def run_blocking(self, fn: Callable[[], Any], done: Callable[[Any, Any], None]) -> None:
-        def run() -> None:
-            try:
-                result, error = fn(), None
-            except Exception as e:
-                result, error = None, e
-            done(result, error)
-
-        self.held.append(run)
+        self.held.append(pool_call(fn, done))
 
     read_blocking = run_blocking  # one held list: the tests release in order
     clean_blocking = run_blocking

@@ -35,6 +35,7 @@ from actors.watermarks import Waiter
 from shards.watch import WatchService
 from storage import FileSlice
 from tests.support.actor_loop import actor_loop, settle
+from tests.support.io_pool import pool_call
 from wire.errors import ErrorCode
 from wire.record_batch import iter_batches
 from wire.records import build_batch
@@ -54,14 +55,7 @@ class Services:
         self.disk_space = None
 
     def run_blocking(self, fn: Callable[[], Any], done: Callable[[Any, Any], None]) -> None:
-        def run() -> None:
-            try:
-                result, error = fn(), None
-            except Exception as e:
-                result, error = None, e
-            done(result, error)
-
-        asyncio.get_event_loop().call_soon(run)
+        asyncio.get_event_loop().call_soon(pool_call(fn, done))
 
     read_blocking = clean_blocking = run_blocking
 

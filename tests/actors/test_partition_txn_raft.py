@@ -31,6 +31,7 @@ from actors.services import BrokerSettings
 from actors.topic_config import TopicSettings
 from shards.watch import WatchService
 from tests.support.actor_loop import actor_loop, settle
+from tests.support.io_pool import pool_call
 from wire.errors import ErrorCode
 from wire.record_batch import iter_batches
 from wire.records import build_batch
@@ -118,14 +119,7 @@ class Services:
         self.raft = Raft(address, net, data_dir / "raft", self.run_blocking)
 
     def run_blocking(self, fn: Callable[[], Any], done: Callable[[Any, Any], None]) -> None:
-        def run() -> None:
-            try:
-                result, error = fn(), None
-            except Exception as e:
-                result, error = None, e
-            done(result, error)
-
-        asyncio.get_event_loop().call_soon(run)
+        asyncio.get_event_loop().call_soon(pool_call(fn, done))
 
     read_blocking = clean_blocking = run_blocking
 

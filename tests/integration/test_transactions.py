@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -265,56 +264,47 @@ def test_the_nodes_max_transaction_timeout_is_the_setting(tmp_path: Any) -> None
 # Restarts -----------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def own_broker(tmp_path: Any) -> Iterator[BrokerProcess]:
-    node = BrokerProcess(tmp_path / "data").start()
-    try:
-        yield node
-    finally:
-        node.kill9() if node.alive() else node.stop()
-
-
-def test_kill9_mid_transaction_then_a_new_producer_aborts_it(own_broker: BrokerProcess) -> None:
+def test_kill9_mid_transaction_then_a_new_producer_aborts_it(broker: BrokerProcess) -> None:
     topic = _name("txn")
-    create_topic(own_broker, topic, partitions=2)
+    create_topic(broker, topic, partitions=2)
     transactional_id = _name("tx")
-    producer = _producer(own_broker, transactional_id)
+    producer = _producer(broker, transactional_id)
     producer.init_transactions(_CLIENT_TIMEOUT_S)
     producer.begin_transaction()
     open_values = [b"o%d" % i for i in range(4)]
     _produce_in_txn(producer, topic, open_values)
-    before = _describe(own_broker, transactional_id)
-    own_broker.kill9()
-    own_broker.restart()
-    after = _describe(own_broker, transactional_id)
+    before = _describe(broker, transactional_id)
+    broker.kill9()
+    broker.restart()
+    after = _describe(broker, transactional_id)
     assert (after.transaction_state, after.producer_id, after.producer_epoch) == (
         "Ongoing", before.producer_id, before.producer_epoch)
     assert after.transaction_start_time_ms == before.transaction_start_time_ms
 
-    again = _producer(own_broker, transactional_id)
+    again = _producer(broker, transactional_id)
     again.init_transactions(_CLIENT_TIMEOUT_S)
     again.begin_transaction()
     _produce_in_txn(again, topic, [b"n0", b"n1"])
     again.commit_transaction(_CLIENT_TIMEOUT_S)
-    committed = _values(own_broker, topic, "read_committed", b"n0", b"n1")
+    committed = _values(broker, topic, "read_committed", b"n0", b"n1")
     assert not set(open_values) & set(committed)
 
 
-def test_kill9_after_commit_completes_on_load(own_broker: BrokerProcess) -> None:
+def test_kill9_after_commit_completes_on_load(broker: BrokerProcess) -> None:
     topic = _name("txn")
-    create_topic(own_broker, topic, partitions=2)
+    create_topic(broker, topic, partitions=2)
     transactional_id = _name("tx")
-    producer = _producer(own_broker, transactional_id)
+    producer = _producer(broker, transactional_id)
     producer.init_transactions(_CLIENT_TIMEOUT_S)
     producer.begin_transaction()
     values = [b"k%d" % i for i in range(6)]
     _produce_in_txn(producer, topic, values)
     producer.commit_transaction(_CLIENT_TIMEOUT_S)  # answered once PrepareCommit is persisted
-    own_broker.kill9()
-    own_broker.restart()
-    wait_for(lambda: _describe(own_broker, transactional_id).transaction_state
+    broker.kill9()
+    broker.restart()
+    wait_for(lambda: _describe(broker, transactional_id).transaction_state
              == "CompleteCommit", 20, "CompleteCommit after the restart")
-    got = _values(own_broker, topic, "read_committed", b"k4", b"k5")
+    got = _values(broker, topic, "read_committed", b"k4", b"k5")
     assert sorted(got) == sorted(values)
 
 

@@ -17,8 +17,6 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Iterator
-from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
@@ -38,15 +36,6 @@ _OFFSET_FETCH_VERSION = 7  # the first with RequireStable
 
 def _name(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
-
-
-@pytest.fixture
-def own_broker(tmp_path: Any) -> Iterator[BrokerProcess]:
-    node = BrokerProcess(tmp_path / "data").start()
-    try:
-        yield node
-    finally:
-        node.kill9() if node.alive() else node.stop()
 
 
 def _producer(broker: BrokerProcess, transactional_id: str) -> Producer:
@@ -116,22 +105,22 @@ def _send_offsets(producer: Producer, consumer: Consumer, group_id: str, topic: 
                                          _CLIENT_TIMEOUT_S)
 
 
-def test_apis_are_advertised(own_broker: BrokerProcess) -> None:
-    with RawClient(own_broker.bootstrap) as client:
+def test_apis_are_advertised(broker: BrokerProcess) -> None:
+    with RawClient(broker.bootstrap) as client:
         answer = client.call(18, 3, request(18, client_software_name="t",
                                             client_software_version="1"))
     ranges = {k.api_key: (k.min_version, k.max_version) for k in answer.api_keys}
     assert ranges[25] == (0, 3) and ranges[28] == (0, 3)
 
 
-def test_consume_transform_produce(own_broker: BrokerProcess) -> None:
+def test_consume_transform_produce(broker: BrokerProcess) -> None:
     source, sink, group_id = _name("in"), _name("out"), _name("ctp")
-    create_topic(own_broker, source, partitions=2)
-    create_topic(own_broker, sink, partitions=2)
+    create_topic(broker, source, partitions=2)
+    create_topic(broker, sink, partitions=2)
     inputs = [(b"k%d" % i, b"v%d" % i, i % 2) for i in range(40)]
-    produce(own_broker, source, [(k, v, [], p) for k, v, p in inputs])
-    consumer = _consumer(own_broker, group_id)
-    producer = _producer(own_broker, _name("tx"))
+    produce(broker, source, [(k, v, [], p) for k, v, p in inputs])
+    consumer = _consumer(broker, group_id)
+    producer = _producer(broker, _name("tx"))
     producer.init_transactions(_CLIENT_TIMEOUT_S)
     try:
         consumer.subscribe([source])
@@ -153,42 +142,42 @@ def test_consume_transform_produce(own_broker: BrokerProcess) -> None:
         positions = {tp.partition: tp.offset for tp in consumer.position(consumer.assignment())}
     finally:
         consumer.close()
-    out = _values(own_broker, sink, 2, len(inputs))
+    out = _values(broker, sink, 2, len(inputs))
     assert sorted(out) == sorted(v.upper() for _, v, _ in inputs)
-    assert _stable(own_broker, group_id, source, 2) == [positions[0], positions[1]] == [20, 20]
+    assert _stable(broker, group_id, source, 2) == [positions[0], positions[1]] == [20, 20]
 
 
-def test_abort_leaves_offsets_and_require_stable(own_broker: BrokerProcess) -> None:
+def test_abort_leaves_offsets_and_require_stable(broker: BrokerProcess) -> None:
     topic, group_id = _name("in"), _name("grp")
-    create_topic(own_broker, topic, partitions=2)
-    consumer = _consumer(own_broker, group_id)  # standalone: no member, no generation
-    producer = _producer(own_broker, _name("tx"))
+    create_topic(broker, topic, partitions=2)
+    consumer = _consumer(broker, group_id)  # standalone: no member, no generation
+    producer = _producer(broker, _name("tx"))
     producer.init_transactions(_CLIENT_TIMEOUT_S)
     try:
         producer.begin_transaction()
         _send_offsets(producer, consumer, group_id, topic, [3, 4])
-        assert _offsets(own_broker, group_id, topic, 2) == [
+        assert _offsets(broker, group_id, topic, 2) == [
             (ErrorCode.UNSTABLE_OFFSET_COMMIT, -1)] * 2
-        assert _offsets(own_broker, group_id, topic, 2, require_stable=False) == [
+        assert _offsets(broker, group_id, topic, 2, require_stable=False) == [
             (ErrorCode.NONE, -1)] * 2
         producer.commit_transaction(_CLIENT_TIMEOUT_S)
-        assert _stable(own_broker, group_id, topic, 2) == [3, 4]
+        assert _stable(broker, group_id, topic, 2) == [3, 4]
 
         producer.begin_transaction()
         _send_offsets(producer, consumer, group_id, topic, [7, 9])
-        assert _offsets(own_broker, group_id, topic, 2)[0][0] == (
+        assert _offsets(broker, group_id, topic, 2)[0][0] == (
             ErrorCode.UNSTABLE_OFFSET_COMMIT)
         producer.abort_transaction(_CLIENT_TIMEOUT_S)
-        assert _stable(own_broker, group_id, topic, 2) == [3, 4]
+        assert _stable(broker, group_id, topic, 2) == [3, 4]
     finally:
         consumer.close()
 
 
-def test_kill9_before_commit_aborts_the_offsets(own_broker: BrokerProcess) -> None:
+def test_kill9_before_commit_aborts_the_offsets(broker: BrokerProcess) -> None:
     topic, group_id, transactional_id = _name("in"), _name("grp"), _name("tx")
-    create_topic(own_broker, topic, partitions=2)
-    consumer = _consumer(own_broker, group_id)
-    producer = _producer(own_broker, transactional_id)
+    create_topic(broker, topic, partitions=2)
+    consumer = _consumer(broker, group_id)
+    producer = _producer(broker, transactional_id)
     producer.init_transactions(_CLIENT_TIMEOUT_S)
     producer.begin_transaction()
     _send_offsets(producer, consumer, group_id, topic, [1, 2])
@@ -196,40 +185,40 @@ def test_kill9_before_commit_aborts_the_offsets(own_broker: BrokerProcess) -> No
     producer.begin_transaction()
     _send_offsets(producer, consumer, group_id, topic, [5, 6])
     consumer.close()
-    own_broker.kill9()
-    own_broker.restart()
-    assert _offsets(own_broker, group_id, topic, 2)[0][0] == ErrorCode.UNSTABLE_OFFSET_COMMIT
-    again = _producer(own_broker, transactional_id)
+    broker.kill9()
+    broker.restart()
+    assert _offsets(broker, group_id, topic, 2)[0][0] == ErrorCode.UNSTABLE_OFFSET_COMMIT
+    again = _producer(broker, transactional_id)
     again.init_transactions(_CLIENT_TIMEOUT_S)  # aborts the open transaction
-    assert _stable(own_broker, group_id, topic, 2) == [1, 2]
+    assert _stable(broker, group_id, topic, 2) == [1, 2]
 
 
-def test_kill9_after_commit_commits_the_offsets(own_broker: BrokerProcess) -> None:
+def test_kill9_after_commit_commits_the_offsets(broker: BrokerProcess) -> None:
     topic, group_id = _name("in"), _name("grp")
-    create_topic(own_broker, topic, partitions=2)
-    consumer = _consumer(own_broker, group_id)
-    producer = _producer(own_broker, _name("tx"))
+    create_topic(broker, topic, partitions=2)
+    consumer = _consumer(broker, group_id)
+    producer = _producer(broker, _name("tx"))
     producer.init_transactions(_CLIENT_TIMEOUT_S)
     producer.begin_transaction()
     _send_offsets(producer, consumer, group_id, topic, [8, 11])
     producer.commit_transaction(_CLIENT_TIMEOUT_S)  # answered once PrepareCommit is persisted
     consumer.close()
-    own_broker.kill9()
-    own_broker.restart()
-    assert _stable(own_broker, group_id, topic, 2) == [8, 11]
+    broker.kill9()
+    broker.restart()
+    assert _stable(broker, group_id, topic, 2) == [8, 11]
 
 
 # kafka-python and aiokafka ------------------------------------------------------------------
 
 
-def test_kafka_python_send_offsets(own_broker: BrokerProcess) -> None:
+def test_kafka_python_send_offsets(broker: BrokerProcess) -> None:
     from kafka import KafkaProducer
     from kafka.structs import OffsetAndMetadata
     from kafka.structs import TopicPartition as KafkaTopicPartition
 
     topic, group_id = _name("in"), _name("grp")
-    create_topic(own_broker, topic, partitions=2)
-    producer = KafkaProducer(bootstrap_servers=own_broker.bootstrap,
+    create_topic(broker, topic, partitions=2)
+    producer = KafkaProducer(bootstrap_servers=broker.bootstrap,
                              transactional_id=_name("tx"), max_block_ms=_CLIENT_TIMEOUT_S * 1000)
     try:
         producer.init_transactions()
@@ -244,18 +233,18 @@ def test_kafka_python_send_offsets(own_broker: BrokerProcess) -> None:
                 producer.abort_transaction()
     finally:
         producer.close(timeout=5)
-    assert _stable(own_broker, group_id, topic, 2) == [4, 5]
+    assert _stable(broker, group_id, topic, 2) == [4, 5]
 
 
-def test_aiokafka_send_offsets(own_broker: BrokerProcess) -> None:
+def test_aiokafka_send_offsets(broker: BrokerProcess) -> None:
     from aiokafka import AIOKafkaProducer
     from aiokafka.structs import TopicPartition as AioTopicPartition
 
     topic, group_id = _name("in"), _name("grp")
-    create_topic(own_broker, topic, partitions=2)
+    create_topic(broker, topic, partitions=2)
 
     async def run() -> None:
-        producer = AIOKafkaProducer(bootstrap_servers=own_broker.bootstrap,
+        producer = AIOKafkaProducer(bootstrap_servers=broker.bootstrap,
                                     transactional_id=_name("tx"))
         await asyncio.wait_for(producer.start(), _CLIENT_TIMEOUT_S)
         try:
@@ -270,4 +259,4 @@ def test_aiokafka_send_offsets(own_broker: BrokerProcess) -> None:
             await producer.stop()
 
     asyncio.run(asyncio.wait_for(run(), 60))
-    assert _stable(own_broker, group_id, topic, 2) == [12, 13]
+    assert _stable(broker, group_id, topic, 2) == [12, 13]
