@@ -14,7 +14,7 @@ import msgpack
 import pytest
 import zmq
 
-from tests.support.broker import BrokerProcess
+from tests.support.broker import BrokerProcess, wait_for
 from tests.support.raw_client import RawClient, fetch_request, produce_request, request
 from wire.errors import ErrorCode
 from wire.messages.create_topics import CreateTopicsRequest
@@ -181,6 +181,10 @@ def test_a_real_clients_aborted_transaction_is_listed_across_a_kill9(
             fetched = _fetch(client, 0, 0, READ_COMMITTED)
         return fetched, iter_batches(bytearray(fetched.records))
 
+    def markers_written() -> bool:  # EndTxn answers before its markers are in the log
+        return sum(h.is_control for h in answer()[1]) == 3
+
+    wait_for(markers_written, 10, "the three transactions' markers written")
     fetched, headers = answer()
     data = [h for h in headers if not h.is_control]
     markers = [h for h in headers if h.is_control]
