@@ -32,6 +32,7 @@ Commands: `stop` (producers: stop sending, wait for what is in flight; consumers
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import json
 import os
@@ -559,15 +560,24 @@ class AioKafkaProducers(KafkaPythonProducers):
             return producer
 
         self.clients = [(name, topic, self.aio.call(make())) for name, topic in config["producers"]]
+        # One lock per producer: its sends enter the client's queue in the order they were
+        # made. `send()` waits when the partition's open batch is full; without the lock a
+        # send made later can find the next batch empty first and be appended ahead of the
+        # sends still waiting (asyncio.Lock is first come, first served), which the checker
+        # would take for the broker reordering one producer's writes (nonmonotonic-send).
+        self._appending = [asyncio.Lock() for _ in self.clients]
         recorder.header({"producers": config["producers"]})
 
     def send(self, index: int, n: int, value: bytes, key: bytes | None) -> None:
         _, topic, producer = self.clients[index]
+        appending = self._appending[index]
         invoke = time.monotonic_ns()
 
         async def one() -> None:
             try:
-                md = await producer.send_and_wait(topic, value=value, key=key)
+                async with appending:
+                    delivered = await producer.send(topic, value=value, key=key)
+                md = await delivered
                 outcome = (OK, md.partition, md.offset)
             except Exception:  # noqa: BLE001 - a timeout or a lost connection: unknown
                 outcome = (UNKNOWN, -1, None)
