@@ -25,6 +25,12 @@ topic id from before the topic was deleted and created again, a leader or ISR me
 not a replica), and `set_topics` forgets entries whose topic went away, so a re-created topic,
 whose terms start again from zero, is not hidden behind its predecessor's epochs.
 
+While an election is on, the table remembers the leader before it (`last_named`): Metadata
+names that one rather than none, as Kafka's brokers do until the controller's news arrives
+(librdkafka takes a leaderless partition as final for some calls, ListOffsets among them, and
+asks again only at its next periodic refresh; a stale leader answers NOT_LEADER_OR_FOLLOWER,
+which makes every client ask again at once).
+
 Coordinators follow: a consumer group's coordinator is the leader of its `__consumer_offsets`
 partition (Kafka's rule, `actors.group.offsets_partition`), so it moves with that leader.
 
@@ -68,6 +74,9 @@ class LeaderTable:
     def __init__(self, topics: TopicTable | None = None) -> None:
         self._topics = topics if topics is not None else TopicTable()
         self._entries: dict[tuple[str, int], LeaderUpdate] = {}
+        # The newest report of each partition that named a leader: while an election is on,
+        # Metadata names this one (`last_named`).
+        self._named: dict[tuple[str, int], LeaderUpdate] = {}
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -75,9 +84,10 @@ class LeaderTable:
     def set_topics(self, topics: TopicTable) -> None:
         """The cluster's topics changed: forget what no longer exists."""
         self._topics = topics
-        gone = [key for key, u in self._entries.items() if not self._exists(u)]
-        for key in gone:
-            del self._entries[key]
+        for entries in (self._entries, self._named):
+            gone = [key for key, u in entries.items() if not self._exists(u)]
+            for key in gone:
+                del entries[key]
 
     def update(self, u: LeaderUpdate) -> bool:
         """Take `u` if it is about a partition that exists and newer than what is known; True
@@ -89,6 +99,8 @@ class LeaderTable:
         if known is not None and u.order() <= known.order():
             return False
         self._entries[key] = u
+        if u.leader is not None:
+            self._named[key] = u
         return True
 
     def get(self, topic: str, partition: int) -> LeaderUpdate | None:
@@ -97,6 +109,11 @@ class LeaderTable:
     def leader(self, topic: str, partition: int) -> Address | None:
         entry = self._entries.get((topic, partition))
         return entry.leader if entry is not None else None
+
+    def last_named(self, topic: str, partition: int) -> LeaderUpdate | None:
+        """The newest report that named the partition's leader (the current one, or while an
+        election is on, the leader before it), or None if none ever did."""
+        return self._named.get((topic, partition))
 
     def entries(self) -> Iterator[LeaderUpdate]:
         """Everything known, to send a peer that starts or catches up."""

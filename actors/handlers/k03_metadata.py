@@ -178,9 +178,9 @@ def _response(
 
 def _partition(services: Any, topic: str, index: int, node: int) -> MetadataResponsePartition:
     """A partition's leader, epoch, replicas and in-sync replicas: on a node of its own, this
-    node at epoch 0; in a cluster, as this node last heard (LEADER_NOT_AVAILABLE while no
-    leader is known: an election is on)."""
-    leader = services.partition_leader(topic, index)
+    node at epoch 0; in a cluster, as this node last heard, and while an election is on, the
+    leader before it (`Shard.partition_leader`'s guess)."""
+    leader = services.partition_leader(topic, index, guess=True)
     if leader is None:
         return MetadataResponsePartition(
             error_code=ErrorCode.NONE, partition_index=index, leader_id=node, leader_epoch=0,

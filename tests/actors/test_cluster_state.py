@@ -595,6 +595,24 @@ def test_within_an_epoch_the_leaders_reports_are_ordered(leaders: LeaderTable) -
     assert leaders.leader("t", 0) is None
 
 
+def test_while_an_election_is_on_the_leader_before_it_is_remembered(
+    log: Log, leaders: LeaderTable
+) -> None:
+    assert leaders.last_named("t", 0) is None  # never heard of one
+    assert leaders.update(up((1, 0), 3, (1, 0), (2, 0), version=1))
+    assert leaders.update(up(None, 4))  # this node's replica campaigns
+    assert leaders.leader("t", 0) is None
+    named = leaders.last_named("t", 0)
+    assert named is not None and (named.leader, named.epoch, named.isr) == (
+        (1, 0), 3, ((1, 0), (2, 0)))
+    assert leaders.update(up((2, 0), 4, version=1))  # the election's winner
+    named = leaders.last_named("t", 0)
+    assert named is not None and (named.leader, named.epoch) == ((2, 0), 4)
+    log.ok(DeleteTopic("t", tid(1)))
+    leaders.set_topics(log.state.view().table)
+    assert leaders.last_named("t", 0) is None  # a deleted topic's leaders are forgotten
+
+
 @pytest.mark.parametrize("update", [
     up((1, 0), 1, topic="nope"),
     up((1, 0), 1, i=9),  # an id from another incarnation of the topic

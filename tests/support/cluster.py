@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -31,6 +30,7 @@ from typing import Any, TypeVar
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from scenarios.cluster import free_ports
 from tests.support.broker import http_get
 from tests.support.raw_client import RawClient, request
 from wire.messages.metadata import MetadataRequest, MetadataResponse
@@ -92,24 +92,14 @@ class _Ports:
     def run(self, count: int) -> int:
         """The first of `count` consecutive free ports (a node's shards' RPC ports)."""
         for _ in range(_RPC_PORT_TRIES):
-            first = _bindable(0)
+            # Below the ephemeral range, so no client's outgoing connection takes a port while
+            # its node is down for a restart.
+            first = free_ports(count)
             ports = range(first, first + count)
-            if ports[-1] > 65535 or self.taken.intersection(ports):
-                continue
-            if all(_bindable(p) for p in ports[1:]):
+            if not self.taken.intersection(ports):
                 self.taken.update(ports)
                 return first
         raise RuntimeError(f"no {count} consecutive free ports")
-
-
-def _bindable(port: int) -> int:
-    """Bind 127.0.0.1:port (0: any) and release it; the port, or 0 if it is taken."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return 0
-        return int(s.getsockname()[1])
 
 
 class ClusterNode:
@@ -353,11 +343,13 @@ class Cluster:
         return int(epoch)
 
     def leaders(self, topic: str, via: ClusterNode) -> list[int]:
-        """Each partition's leader as `via` reports it (-1: none)."""
+        """Each partition's leader as `via` reports it (-1: none known). A node that knows
+        none names a guess at leader epoch -1 (Shard.partition_leader): that is none here."""
         answer = via.metadata([topic])
         (found,) = answer.topics
         assert found.error_code == 0, (via, topic, found.error_code)
-        return [p.leader_id for p in sorted(found.partitions, key=lambda p: p.partition_index)]
+        return [p.leader_id if p.leader_epoch >= 0 else -1
+                for p in sorted(found.partitions, key=lambda p: p.partition_index)]
 
     def wait_leader(
         self, topic: str, partition: int, not_on: int | None = None, timeout_s: float = 30.0
@@ -377,12 +369,13 @@ class Cluster:
         return wait_until(agreed, timeout_s, f"{topic}-{partition} led by one running node "
                                              f"other than {not_on}")  # fmt: skip
 
-    def coordinator(self, group: str, timeout_s: float = 30.0) -> int:
-        """The node every running node names as the group's coordinator."""
+    def coordinator(self, group: str, timeout_s: float = 30.0, not_on: int | None = None) -> int:
+        """The node every running node names as the group's coordinator, other than `not_on`
+        (a node just killed: until they notice, the others still name it)."""
 
         def agreed() -> int | None:
             named = {n.find_coordinator(group) for n in self.running()}
-            return named.pop() if len(named) == 1 and -1 not in named else None
+            return named.pop() if len(named) == 1 and not named & {-1, not_on} else None
 
         return wait_until(agreed, timeout_s, f"one coordinator for group {group}")
 
@@ -510,6 +503,13 @@ def read_partitions(
     try:
 
         def high_watermark(partition: int) -> tuple[int]:
+            # librdkafka takes a leaderless partition in its cached Metadata (an election was
+            # on when it asked) as final for this query and does not ask again by itself:
+            # ask for the topic's Metadata first, and say what it showed if it has no leader.
+            known = consumer.list_topics(topic, timeout=5).topics[topic].partitions
+            found = known.get(partition)
+            if found is None or found.leader < 0:
+                raise AssertionError(f"{topic}-{partition} in Metadata: {found}")
             low_high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=5)
             return (int(low_high[1]),)
 
