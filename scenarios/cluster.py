@@ -56,9 +56,7 @@ class ClusterError(RuntimeError):
 
 
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    return free_ports(1)
 
 
 # Ports a node binds again after a restart are drawn from here: below the kernel's ephemeral
@@ -66,6 +64,10 @@ def free_port() -> int:
 # `bind(0)` lands. Ports below 10000 are left to services.
 STABLE_PORT_LOW = 10_000
 PORT_TRIES_MAX = 200
+# The ports this process handed out last, not handed out again (a node's three ports are
+# picked before it binds any of them).
+PORTS_REMEMBERED = 1024
+_handed_out: dict[int, None] = {}
 
 
 def free_ports(count: int) -> int:
@@ -74,12 +76,15 @@ def free_ports(count: int) -> int:
     rng = random.Random()
     for _ in range(PORT_TRIES_MAX):
         base = rng.randrange(STABLE_PORT_LOW, max(STABLE_PORT_LOW + 1, high - count))
+        if any(port in _handed_out for port in range(base, base + count)):
+            continue
         held: list[socket.socket] = []
         try:
             for k in range(count):
                 s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
                 held.append(s)
                 s.bind(("127.0.0.1", base + k))
+            _remember(range(base, base + count))
             return base
         except OSError:
             continue
@@ -91,6 +96,13 @@ def free_ports(count: int) -> int:
     for s in sockets:
         s.close()
     return base
+
+
+def _remember(ports: range) -> None:
+    for port in ports:
+        _handed_out[port] = None
+    while len(_handed_out) > PORTS_REMEMBERED:
+        del _handed_out[next(iter(_handed_out))]
 
 
 def _ephemeral_low() -> int:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -20,6 +19,7 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from scenarios.cluster import free_ports
 from scenarios.procs import child_pids
 
 __all__ = ["BrokerProcess", "free_port", "krill_start_refused", "wait_for"]
@@ -91,9 +91,10 @@ def http_get(url: str, timeout_s: float) -> tuple[int, bytes]:
 
 
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A free 127.0.0.1 port below the ephemeral range (scenarios.cluster.free_ports): no
+    client's outgoing connection takes it between this pick and the broker's bind, or while
+    the broker is down for a restart."""
+    return free_ports(1)
 
 
 class BrokerProcess:
