@@ -615,6 +615,14 @@ class _Handler(BaseHTTPRequestHandler):
     timeout = limits.admin_socket_timeout_s
     in_flight = threading.BoundedSemaphore(limits.admin_requests_in_flight_max)
 
+    def handle(self) -> None:
+        # A client that leaves while its request is read or its answer (a 503 or 500 too) is
+        # written is no error of ours: no traceback from socketserver.
+        try:
+            super().handle()
+        except ConnectionError as e:
+            log.debug("admin: the client went away (%s)", e)
+
     def do_GET(self) -> None:  # noqa: N802 (http.server's name)
         self._bounded(self._get)
 

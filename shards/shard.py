@@ -295,11 +295,13 @@ class Shard:
         """(leader node or -1, leader epoch, replica nodes, in-sync nodes) of a partition of a
         cluster's topic; None on a node of its own (it leads everything, epoch 0).
 
-        With `guess`, for Metadata, no leader known is answered with a likely one (Redpanda's
-        rule): the last leader this node heard of, at its epoch, else the first replica at
-        epoch -1 (unknown: no client fences on it). A wrong guess costs the client one
-        NOT_LEADER_OR_FOLLOWER and a new Metadata request; a -1 costs a librdkafka client's
-        ListOffsets the wait until its next periodic refresh (actors/cluster/leaders.py)."""
+        With `guess`, for Metadata, while an election is on the leader before it is named,
+        at its epoch (actors/cluster/leaders.py): a stale leader costs a client one
+        NOT_LEADER_OR_FOLLOWER and a new Metadata request, where -1 costs a librdkafka
+        client's ListOffsets the wait until its next periodic refresh. A node that has heard
+        of no leader at all (it has just started: the leaders' reports come within
+        `leader_refresh_interval_s`) still answers -1: tools wait on that to know a new
+        topic's partitions are led."""
         if not self.cluster or self.raft is None:
             return None
         info = self._table.topics.get(topic)
@@ -308,12 +310,10 @@ class Shard:
         replicas = [node for node, _ in info.replicas[index]]
         entry = self.raft.leaders.get(topic, index)
         if entry is None or entry.leader is None:
-            if guess:
-                named = self.raft.leaders.last_named(topic, index)
-                if named is not None and named.leader is not None:
-                    isr = [node for node, _ in named.isr] or [named.leader[0]]
-                    return named.leader[0], named.epoch, replicas, isr
-                return replicas[0], -1, replicas, [replicas[0]]
+            named = self.raft.leaders.last_named(topic, index) if guess else None
+            if named is not None and named.leader is not None:
+                isr = [node for node, _ in named.isr] or [named.leader[0]]
+                return named.leader[0], named.epoch, replicas, isr
             return -1, entry.epoch if entry is not None else -1, replicas, []
         isr = [node for node, _ in entry.isr] or [entry.leader[0]]
         return entry.leader[0], entry.epoch, replicas, isr

@@ -179,7 +179,8 @@ def _response(
 def _partition(services: Any, topic: str, index: int, node: int) -> MetadataResponsePartition:
     """A partition's leader, epoch, replicas and in-sync replicas: on a node of its own, this
     node at epoch 0; in a cluster, as this node last heard, and while an election is on, the
-    leader before it (`Shard.partition_leader`'s guess)."""
+    leader before it (`Shard.partition_leader`); LEADER_NOT_AVAILABLE only where this node
+    has heard of no leader at all."""
     leader = services.partition_leader(topic, index, guess=True)
     if leader is None:
         return MetadataResponsePartition(

@@ -122,25 +122,6 @@ def test_every_node_answers_the_same_metadata(cluster: Cluster) -> None:
         assert epoch >= 0, (index, epoch)
 
 
-def test_a_restarted_node_names_a_leader_before_it_has_heard_of_one(cluster: Cluster) -> None:
-    """A node that has heard of no leader yet (it has just started, and the leaders' reports
-    come every leader_refresh_interval_s) still names one in Metadata, at leader epoch -1
-    (not known: no client fences on it), never -1 and LEADER_NOT_AVAILABLE, which librdkafka
-    takes as final for a ListOffsets until its next periodic Metadata refresh."""
-    cluster.create_topic("guessed", PARTITIONS)
-    cluster[3].kill9()
-    node = cluster.restart(3)
-    answered = [(p.partition_index, p.error_code, p.leader_id, p.leader_epoch)
-                for p in node.metadata(["guessed"]).topics[0].partitions]  # fmt: skip
-    print(f"node 3 just after its restart: {answered}")
-    assert len(answered) == PARTITIONS
-    for index, error, leader, epoch in answered:
-        assert error == 0 and leader in cluster.nodes and epoch >= -1, (index, answered)
-    # Once it has heard, it names the partitions' real leaders.
-    for partition in range(PARTITIONS):
-        cluster.wait_leader("guessed", partition)
-
-
 # 4. SIGSTOP of a leader ----------------------------------------------------------------------
 
 

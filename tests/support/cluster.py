@@ -343,13 +343,11 @@ class Cluster:
         return int(epoch)
 
     def leaders(self, topic: str, via: ClusterNode) -> list[int]:
-        """Each partition's leader as `via` reports it (-1: none known). A node that knows
-        none names a guess at leader epoch -1 (Shard.partition_leader): that is none here."""
+        """Each partition's leader as `via` reports it (-1: none)."""
         answer = via.metadata([topic])
         (found,) = answer.topics
         assert found.error_code == 0, (via, topic, found.error_code)
-        return [p.leader_id if p.leader_epoch >= 0 else -1
-                for p in sorted(found.partitions, key=lambda p: p.partition_index)]
+        return [p.leader_id for p in sorted(found.partitions, key=lambda p: p.partition_index)]
 
     def wait_leader(
         self, topic: str, partition: int, not_on: int | None = None, timeout_s: float = 30.0
