@@ -21,8 +21,9 @@ controller group (actors/cluster_controller.py), is a Raft group driven from her
   heartbeat marked quiesce always goes).
 - Leaders: a replica's leadership changes go into this shard's `LeaderTable` (Metadata,
   coordinators) and, from the leader, to every shard of every node (shards/calls/leaders.py),
-  again every `leader_refresh_interval_s` for the partitions it leads, so a node that starts or
-  missed a report learns every leader within that long.
+  again every `leader_refresh_interval_s` for the partitions it leads, so a node that missed a
+  report learns every leader within that long; a shard that starts asks every peer shard for
+  what it leads once it has its first topic table (`ask_leaders`).
 """
 
 from __future__ import annotations
@@ -229,12 +230,33 @@ class RaftHost:
                     continue
                 leaders_call.send(router, mesh.address(node, shard), updates)
 
+    def ask_leaders(self) -> None:
+        """This shard has just started: every shard of every node sends what it leads."""
+        router, mesh = self._router, self._mesh
+        if router is None or mesh is None:
+            return
+        for node in {self.node_id, *mesh.peers}:
+            for shard in range(self._shards_of(node)):
+                if (node, shard) != self.address:
+                    leaders_call.send(router, mesh.address(node, shard), [], ask=True)
+
+    def tell_led(self, to: Any) -> None:
+        """Send `to` (a router address) the reports of every partition this shard leads."""
+        router = self._router
+        if router is None:
+            return
+        for chunk in self._led_chunks():
+            leaders_call.send(router, to, chunk)
+
+    def _led_chunks(self) -> list[list[LeaderUpdate]]:
+        """What this shard leads, `leader_updates_per_message_max` reports a message."""
+        updates, step = list(self._led.values()), limits.leader_updates_per_message_max
+        return [updates[start:start + step] for start in range(0, len(updates), step)]
+
     def _refresh_all(self) -> None:
         self._refresh = self.loop.call_later(limits.leader_refresh_interval_s, self._refresh_all)
-        if self._led:
-            updates = list(self._led.values())
-            for start in range(0, len(updates), limits.leader_updates_per_message_max):
-                self._tell_everyone(updates[start:start + limits.leader_updates_per_message_max])
+        for chunk in self._led_chunks():
+            self._tell_everyone(chunk)
 
     # The ticker ---------------------------------------------------------------------------------
 

@@ -299,9 +299,9 @@ class Shard:
         at its epoch (actors/cluster/leaders.py): a stale leader costs a client one
         NOT_LEADER_OR_FOLLOWER and a new Metadata request, where -1 costs a librdkafka
         client's ListOffsets the wait until its next periodic refresh. A node that has heard
-        of no leader at all (it has just started: the leaders' reports come within
-        `leader_refresh_interval_s`) still answers -1: tools wait on that to know a new
-        topic's partitions are led."""
+        of no leader at all (a new topic's first election; a shard that has just started,
+        until its peers answer its `ask_leaders`) still answers -1: tools wait on that to
+        know a new topic's partitions are led."""
         if not self.cluster or self.raft is None:
             return None
         info = self._table.topics.get(topic)
@@ -388,6 +388,8 @@ class Shard:
         self._table = table
         if self.raft is not None:
             self.raft.leaders.set_topics(table)
+            if not old.version:  # the first table: ask the peers who leads (calls/leaders.py)
+                self.raft.ask_leaders()
         for name, info in table.topics.items():
             settings = TopicSettings.of(info.configs, self.settings)
             previous = old.topics.get(name)
@@ -576,6 +578,10 @@ class Shard:
     def leaders_heard(self, updates: list[Any]) -> None:
         if self.raft is not None:
             self.raft.heard(updates)
+
+    def leaders_asked(self, source: Any) -> None:
+        if self.raft is not None:
+            self.raft.tell_led(source)
 
     def cluster_changed(self, controller_leader: int | None, nodes: dict[int, NodeInfo]) -> None:
         """Shard 0's controller says who leads it and which nodes are registered."""

@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from actors.raft import Message, MsgType
+from shards.calls import leaders as leaders_call
 from shards.calls import raft as raft_call
+from shards.calls.base import Request
 from shards.raft_host import RaftHost
 
 pytestmark = pytest.mark.timeout(30)
@@ -119,5 +122,67 @@ def test_a_heartbeat_after_an_append_within_a_tick_is_dropped_but_never_a_quiesc
         host.send("t", 0, [heartbeat(2)])
         await asyncio.sleep(0)
         assert sent() == [((2, 0), hb)]  # a tick later it goes
+
+    asyncio.run(main())
+
+
+class _Recorder:
+    """A Router stand-in that keeps every call whole."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[Any, int, Any]] = []
+
+    def call(self, to: Any, kind: int, body: Any, frames: list[Any], _on_answer: Any) -> None:
+        self.calls.append((to, kind, body))
+
+
+def test_a_starting_shard_asks_every_peer_shard_and_a_leader_answers_what_it_leads(
+        tmp_path: Path) -> None:
+    async def main() -> None:
+        def run_io(fn: Any, done: Any) -> None:
+            done(fn(), None)
+
+        host = RaftHost(1, 0, asyncio.get_running_loop(), str(tmp_path), run_io,
+                        ELECTION_TICKS, 1, TICK_S)
+        router = _Recorder()
+        host.bind(router, _Mesh(), lambda node: 2 if node == 1 else 1,  # type: ignore[arg-type]
+                  lambda _topic: b"\1" * 16)
+        host.close()
+
+        host.ask_leaders()  # every other shard, this node's shard 1 too; nothing told yet
+        asked = sorted(((to,) if type(to) is int else to) for to, kind, body in router.calls
+                       if kind == leaders_call.KIND and body.ask and not body.updates)
+        assert asked == [(1,), (2, 0), (3, 0)], router.calls
+        router.calls.clear()
+
+        host.tell_led((2, 0))  # leads nothing yet: nothing to send
+        assert router.calls == []
+        replicas = ((1, 0), (2, 0), (3, 0))
+        host.leader_changed("t", 0, (1, 0), 4, replicas)  # it leads t-0: everyone is told
+        router.calls.clear()
+        host.tell_led((2, 0))
+        [(to, kind, body)] = router.calls
+        assert (to, kind, body.ask) == ((2, 0), leaders_call.KIND, False)
+        [update] = body.updates
+        assert update[:5] == ["t", b"\1" * 16, 0, [1, 0], 4]
+
+        # The serving side: a call that asks is answered with what the shard leads.
+        class _Shard:
+            def __init__(self) -> None:
+                self.heard: list[Any] = []
+                self.asked: list[Any] = []
+
+            def leaders_heard(self, updates: list[Any]) -> None:
+                self.heard.extend(updates)
+
+            def leaders_asked(self, source: Any) -> None:
+                self.asked.append(source)
+
+        shard = _Shard()
+        request = Request(SimpleNamespace(shard=shard), (3, 0), 7)  # type: ignore[arg-type]
+        leaders_call.serve(request, [[], True], [])
+        leaders_call.serve(request, [body.updates], [])  # a report: told, nothing asked
+        assert shard.asked == [(3, 0)]
+        assert [u.leader for u in shard.heard] == [(1, 0)]
 
     asyncio.run(main())
