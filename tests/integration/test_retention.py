@@ -92,6 +92,7 @@ def test_retention_bytes_keeps_the_newest_segments(node: BrokerProcess) -> None:
                                         "file.delete.delay.ms": "0"})
     for partition in (0, 1):
         produce(node, "by-size", partition, 6000)  # ~6 MiB: 6 segments and an active one
+
     def kept(partition: int) -> tuple[int, list[str], list[int]]:
         low = watermarks(node, "by-size", partition)[0]
         logs = [f for f in segment_files(node, "by-size", partition) if f.endswith(".log")]

@@ -501,9 +501,9 @@ def read_partitions(
     try:
 
         def high_watermark(partition: int) -> tuple[int]:
-            # librdkafka takes a leaderless partition in its cached Metadata (an election was
-            # on when it asked) as final for this query and does not ask again by itself:
-            # ask for the topic's Metadata first, and say what it showed if it has no leader.
+            # librdkafka takes a leaderless partition in its cached Metadata (the node it asked
+            # had just started) as final for this query and does not ask again by itself: ask
+            # for the topic's Metadata first, and say what it showed if it has no leader.
             known = consumer.list_topics(topic, timeout=5).topics[topic].partitions
             found = known.get(partition)
             if found is None or found.leader < 0:
