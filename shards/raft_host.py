@@ -219,26 +219,19 @@ class RaftHost:
         for update in updates:
             self.leaders.update(update)
 
-    def _tell_everyone(self, updates: list[LeaderUpdate]) -> None:
-        router, mesh = self._router, self._mesh
-        if router is None or mesh is None:
-            return
-        nodes = {self.node_id, *mesh.peers}
-        for node in nodes:
-            for shard in range(self._shards_of(node)):
-                if (node, shard) == self.address:
-                    continue
-                leaders_call.send(router, mesh.address(node, shard), updates)
-
-    def ask_leaders(self) -> None:
-        """This shard has just started: every shard of every node sends what it leads."""
+    def _tell_everyone(self, updates: list[LeaderUpdate], ask: bool = False) -> None:
+        """A leaders call to every other shard of every node."""
         router, mesh = self._router, self._mesh
         if router is None or mesh is None:
             return
         for node in {self.node_id, *mesh.peers}:
             for shard in range(self._shards_of(node)):
                 if (node, shard) != self.address:
-                    leaders_call.send(router, mesh.address(node, shard), [], ask=True)
+                    leaders_call.send(router, mesh.address(node, shard), updates, ask)
+
+    def ask_leaders(self) -> None:
+        """This shard has just started: every shard of every node sends what it leads."""
+        self._tell_everyone([], ask=True)
 
     def tell_led(self, to: Any) -> None:
         """Send `to` (a router address) the reports of every partition this shard leads."""

@@ -55,7 +55,6 @@ _CLUSTER_FORMED_TIMEOUT_S = 60.0  # every node's Metadata listing every broker a
 _STOP_TIMEOUT_S = 30.0  # a SIGTERM'd node exiting
 _GROUP_GONE_TIMEOUT_S = 10.0  # a killed node's shard processes gone
 _LOG_TAIL_BYTES = 6000  # of each node's log, printed in teardown
-_RPC_PORT_TRIES = 200  # looking for `smp` consecutive free ports
 _METADATA_VERSION = 9  # flexible, with cluster_id, controller_id and leader epochs
 
 T = TypeVar("T")
@@ -80,38 +79,19 @@ def wait_until(
         time.sleep(every_s)
 
 
-class _Ports:
-    """Free 127.0.0.1 ports, never the same one twice within a cluster."""
-
-    def __init__(self) -> None:
-        self.taken: set[int] = set()
-
-    def one(self) -> int:
-        return self.run(1)
-
-    def run(self, count: int) -> int:
-        """The first of `count` consecutive free ports (a node's shards' RPC ports)."""
-        for _ in range(_RPC_PORT_TRIES):
-            # Below the ephemeral range, so no client's outgoing connection takes a port while
-            # its node is down for a restart.
-            first = free_ports(count)
-            ports = range(first, first + count)
-            if not self.taken.intersection(ports):
-                self.taken.update(ports)
-                return first
-        raise RuntimeError(f"no {count} consecutive free ports")
-
-
 class ClusterNode:
     """One node: its ports, data directory, log file and (while running) process group."""
 
-    def __init__(self, root: Path, node_id: int, ports: _Ports, smp: int) -> None:
+    def __init__(self, root: Path, node_id: int, smp: int) -> None:
         self.node_id = node_id
         self.smp = smp
-        self.kafka_port = ports.one()
-        self.admin_port = ports.one()
-        self.reader_port = ports.one()
-        self.rpc_port = ports.run(smp)  # shard k listens on rpc_port + k
+        # Below the ephemeral range, never the same port twice in this process
+        # (scenarios.cluster.free_ports): no client's connection takes one while the node
+        # restarts.
+        self.kafka_port = free_ports(1)
+        self.admin_port = free_ports(1)
+        self.reader_port = free_ports(1)
+        self.rpc_port = free_ports(smp)  # shard k listens on rpc_port + k
         self.data_dir = root / f"n{node_id}"
         self.log_path = root / f"n{node_id}.log"
         self.args: list[str] = []  # set by the cluster: seeds and shared flags
@@ -246,8 +226,7 @@ class Cluster:
 
     def __init__(self, root: Path, size: int = 3, smp: int = 1, *extra_args: str) -> None:
         root.mkdir(parents=True, exist_ok=True)
-        ports = _Ports()
-        self.nodes = {i: ClusterNode(root, i, ports, smp) for i in range(1, size + 1)}
+        self.nodes = {i: ClusterNode(root, i, smp) for i in range(1, size + 1)}
         seeds = ",".join(n.seed for n in self.nodes.values())
         for node in self.nodes.values():
             node.args = [
