@@ -56,3 +56,9 @@ partitions_per_topic_max = 100_000
 # leader.imbalance.check.interval, 300 s there; here seconds, so a restarted node takes its
 # share of leaders back soon after it has caught up).
 preferred_leader_check_timeouts = 5
+
+# CreateTopics on a cluster answers once this shard knows a leader of every partition it
+# created (Kafka names leaders at creation; tools produce or ask Metadata right after), for at
+# most this long or the request's timeout_ms, asking every step.
+create_topics_leaders_wait_s = 5.0
+create_topics_leaders_step_s = 0.02

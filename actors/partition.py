@@ -44,10 +44,15 @@ Reads never wait on the disk (storage/page_cache.py): the log is read with `nowa
 read that would touch a page not in memory is answered later, after the shard's read pool
 has read that range in; every other partition and connection of the shard goes on meanwhile.
 
+The partition's directory carries its topic id (storage/partition_dir.py): one left by another
+incarnation of the topic name goes to trash before the log opens, never taken as this one's.
+
 A partition with more than one replica is a Raft group (DESIGN.md §7): its Replication
 (actors/partition_replication.py) drives the group's Replica beside the log, the ack window
 takes its commit from Raft (QUORUM), followers append the leader's batches through the same
-flush path and refuse clients NOT_LEADER_OR_FOLLOWER, and the leader epoch is the term.
+flush path and refuse clients NOT_LEADER_OR_FOLLOWER, and the leader epoch is the term. A
+cluster's partition of replication factor 1 is a lone copy that leads at epoch 0 and says so to
+the cluster (`LoneLeader`).
 
 What moves the log's start (retention, DeleteRecords) and compaction live in
 actors/log_lifecycle.py, which the partition drives from a timer and its messages. The messages
@@ -102,7 +107,7 @@ from actors.partition_messages import (
     WriteTxnMarker,
     refuse,
 )
-from actors.partition_replication import Address, Replication
+from actors.partition_replication import Address, GroupKey, LoneLeader, Replication
 from actors.producer_state import ProducerStateTable
 from actors.runtime import LoopActor
 from actors.services import Services, now_ms
@@ -112,6 +117,7 @@ from actors.watermarks import Published
 from storage import DiskLog, LogConfig, NotCached, OffsetOutOfRange
 from storage.log import AppendFailed
 from storage.page_cache import warm
+from storage.partition_dir import Claim, claim
 from wire.errors import DecodeError, ErrorCode
 from wire.record_batch import BatchHeader, iter_batches, set_log_append_time
 from wire.records import decode_batch, iter_records
@@ -171,16 +177,19 @@ class Partition(LoopActor):
         self,
         topic: str,
         index: int,
+        topic_id: bytes,
         directory: Path,
         settings: TopicSettings,
         services: Services,
         replicas: tuple[Address, ...] = (),
     ) -> None:
-        """`replicas`: every replica's (node, shard) when the partition has more than one
-        (a Raft group, actors/partition_replication.py); else it is the only copy."""
+        """`topic_id`: the topic's id (its incarnation: storage/partition_dir.py);
+        `replicas`: every replica's (node, shard) on a cluster; more than one make a Raft
+        group (actors/partition_replication.py); () on a node of its own: the only copy."""
         super().__init__()
         self.topic = topic
         self.index = index
+        self.topic_id = topic_id
         self.directory = directory
         self.settings = settings
         self.services = services
@@ -205,8 +214,15 @@ class Partition(LoopActor):
         if len(replicas) > 1:
             assert raft is not None, f"{topic}-{index}: replicas {replicas} on a single node"
             self._replication = Replication(self, replicas, raft)
+        # A cluster's partition of replication factor 1: no Raft group, it leads, and says so
+        # to every shard of the cluster, as a group's leader does (Metadata, coordinators).
+        self._lone: LoneLeader | None = None
+        if len(replicas) == 1:
+            assert raft is not None, f"{topic}-{index}: replicas {replicas} on a single node"
+            self._lone = LoneLeader(raft, GroupKey(topic, index, topic_id), replicas)
         self._leading = self._replication is None  # a lone copy always leads
         self._flush_term: int | None = None  # the term of the last batch the flush out covers
+        self._published: Published | None = None  # what this partition last published
         self._handlers: dict[type, Callable[[Any], None]] = {
             Produce: self._produce,
             Read: self._read,
@@ -234,6 +250,11 @@ class Partition(LoopActor):
     # Lifecycle ----------------------------------------------------------------------------
 
     def on_start(self) -> None:
+        claimed = claim(self.directory, self.topic_id)
+        if claimed.trash is not None:  # another incarnation's: never opened as ours
+            trash = claimed.trash
+            self.services.read_blocking(lambda: shutil.rmtree(trash, ignore_errors=True),
+                                        lambda _r, _e: None)
         self._log = DiskLog.open(self.directory, self._log_config())
         self._rebuild_producer_state()
         self._log.serve()  # reads come from the loop from here on
@@ -243,7 +264,9 @@ class Partition(LoopActor):
             # What a quorum has is known once a leader says: nothing is readable until then.
             self._window = AckWindow(self._log.flushed_offset, self.settings.write_caching,
                                      CommitSource.QUORUM, self._log.log_start_offset)
-            self._replication.start(self._log)
+            self._replication.start(self._log, adopted=claimed.claim is Claim.ADOPTED)
+        if self._lone is not None:
+            self._lone.start()
         self._publish()
         self._lifecycle.start()
 
@@ -251,8 +274,10 @@ class Partition(LoopActor):
         self._lifecycle.stop()
         if self._replication is not None:
             self._replication.stop()
+        if self._lone is not None:
+            self._lone.stop()
         self._fail_waiters(ErrorCode.NOT_LEADER_OR_FOLLOWER)
-        self.services.long_polls.gone((self.topic, self.index))
+        self._withdraw()
         if not self._window.flush_in_flight:
             self._close_log()
         # else the flush in flight closes it when it returns (_flush_returned)
@@ -667,14 +692,18 @@ class Partition(LoopActor):
         assert self._log is not None
         self._txns.committed(self.high_watermark)  # every replica's: markers below are final
         if not self._leading:
-            self.services.long_polls.gone((self.topic, self.index))
+            self._withdraw()
             return
         hwm, start = self.high_watermark, self._log.log_start_offset
         # The last stable offset moves only with the high watermark (a marker counts once
         # it is committed), so a read_committed long poll waits on the same notices.
         at_end = ReadResult(ErrorCode.NONE, hwm, start, None, self._last_stable_offset())
-        state = Published(hwm, start, self.leader_epoch, at_end)
+        state = self._published = Published(hwm, start, self.leader_epoch, at_end)
         self.services.long_polls.publish((self.topic, self.index), state)
+
+    def _withdraw(self) -> None:
+        self.services.long_polls.withdraw((self.topic, self.index), self._published)
+        self._published = None
 
     def _fail_waiters(self, error: ErrorCode) -> None:
         for waiter in self._window.fail_all():
@@ -936,6 +965,11 @@ class Partition(LoopActor):
     def leader_epoch_is_leader(self) -> bool:
         return self._leading and self._replication is not None
 
+    @property
+    def leads_in_cluster(self) -> bool:
+        """Whether this is a cluster's partition and this replica leads it (a lone one does)."""
+        return self._leading and (self._replication is not None or self._lone is not None)
+
     def raft_status(self) -> list[Any] | None:
         """For the shard's stats: [topic, index, role, leader, term, hwm, log end, followers,
         quiesced]."""
@@ -966,6 +1000,8 @@ class Partition(LoopActor):
         if self._replication is not None:
             self._replication.stop()
             self._replication.forget()
+        if self._lone is not None:
+            self._lone.stop()
         self._fail_waiters(gone)
         self._failed = gone  # produces still in the inbox are refused
         self._deleted = m.trash

@@ -24,6 +24,13 @@ A new leader's high watermark may start behind its predecessor's, so until it ha
 every entry its log held when it was elected (its no-op, or nothing), ListOffsets latest is
 answered OFFSET_NOT_AVAILABLE (KIP-207) rather than an offset that goes backwards.
 
+A group is named by its `GroupKey` (topic, index, topic id) wherever it crosses time or nodes:
+Raft messages, ticks, leader reports, and its term and vote in the shard's table. Two
+incarnations of one topic name (deleted and created again) never meet: each node's directory
+says which incarnation it holds (storage/partition_dir.py), and a replica of one drops the
+other's messages (shards/shard.py). A partition of replication factor 1 on a cluster has no
+group: its `LoneLeader` reports its leadership as a group's leader does.
+
 Everything here runs on the partition's loop, inside the partition's own message handling or
 its Replica's once-a-turn processing.
 """
@@ -34,7 +41,7 @@ import logging
 import random
 from collections.abc import Callable
 from collections.abc import Set as AbstractSet
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from actors import limits
 from actors.raft import Config, LogState, Message, RaftMachine, Role, SoftState
@@ -46,15 +53,35 @@ from wire.record_batch import BatchHeader
 if TYPE_CHECKING:
     from actors.partition import Partition
 
-__all__ = ["RaftServices", "Replication", "group_name"]
+__all__ = ["GroupKey", "LoneLeader", "RaftServices", "Replication", "group_name",
+           "legacy_group_name"]
 
 log = logging.getLogger(__name__)
 
 Address = tuple[int, int]  # a replica's home: (node, shard)
 
 
-def group_name(topic: str, index: int) -> str:
+class GroupKey(NamedTuple):
+    """A Raft group's name wherever it crosses time or nodes: routing, ticks, leader reports.
+
+    A topic deleted and created again under its name is another group: the topic id (a
+    UUID fixed at creation) tells the incarnations apart, so a replica of the old one never
+    hears or answers the new one's messages (storage/partition_dir.py keeps its directory
+    apart). The controller's group is ("", 0, b"")."""
+
+    topic: str
+    partition: int
+    topic_id: bytes
+
+
+def group_name(key: GroupKey) -> str:
     """A partition's Raft group in the shard's hard-state table ('/' is in no topic name)."""
+    return f"{key.topic}/{key.partition}/{key.topic_id.hex()}"
+
+
+def legacy_group_name(topic: str, index: int) -> str:
+    """The name before topic ids: read only for a directory adopted from then
+    (storage/partition_dir.py, ADOPTED)."""
     return f"{topic}/{index}"
 
 
@@ -66,15 +93,34 @@ class RaftServices:
     heartbeat_ticks: int
     hard_states: Any  # actors.hard_state.HardStateStore
 
-    def send(self, topic: str, index: int, messages: list[Message]) -> None: ...
+    def send(self, key: GroupKey, messages: list[Message]) -> None: ...
     lost: AbstractSet[Address]  # peers not heard from for an election timeout
 
-    def register(self, topic: str, index: int, tick: Callable[[], None],
+    def register(self, key: GroupKey, tick: Callable[[], None],
                  replicas: tuple[Address, ...] = ()) -> None: ...
-    def unregister(self, topic: str, index: int) -> None: ...
+    def unregister(self, key: GroupKey) -> None: ...
     def schedule(self, fn: Callable[[], None]) -> None: ...
-    def leader_changed(self, topic: str, index: int, leader: Address | None, epoch: int,
+    def leader_changed(self, key: GroupKey, leader: Address | None, epoch: int,
                        replicas: tuple[Address, ...]) -> None: ...
+
+
+class LoneLeader:
+    """A cluster's partition of replication factor 1: one copy, no Raft group to elect it. It
+    leads from its start, at epoch 0 (nothing can depose it), and reports that as a group's
+    leader reports its election (shards/raft_host.py), so every shard of every node names it
+    in Metadata and coordinators follow it; the shard's periodic refresh repeats the report,
+    and a node that starts asks for it."""
+
+    def __init__(self, raft: RaftServices, key: GroupKey,
+                 replicas: tuple[Address, ...]) -> None:
+        assert replicas == (raft.address,), (key, replicas, raft.address)
+        self.raft, self.key, self.replicas = raft, key, replicas
+
+    def start(self) -> None:
+        self.raft.leader_changed(self.key, self.raft.address, 0, self.replicas)
+
+    def stop(self) -> None:
+        self.raft.unregister(self.key)  # its report is no longer repeated
 
 
 def log_state(log_: Log) -> LogState:
@@ -91,7 +137,8 @@ class Replication:
         self.partition = partition
         self.replicas = replicas
         self.raft = raft
-        self.group = group_name(partition.topic, partition.index)
+        self.key = GroupKey(partition.topic, partition.index, partition.topic_id)
+        self.group = group_name(self.key)
         self.replica: Replica | None = None
         self._ready_at = 0  # a leader's log end when elected (KIP-207, module docstring)
         self._commit_target = 0  # the high watermark Raft gave, maybe past what is written
@@ -99,17 +146,21 @@ class Replication:
 
     # Lifecycle ----------------------------------------------------------------------------
 
-    def start(self, log_: Log) -> None:
+    def start(self, log_: Log, adopted: bool = False) -> None:
+        """`adopted`: the log's directory was made before topic ids, so its term and vote
+        may be under the group's name from then."""
         raft = self.raft
         config = Config(raft.address, self.replicas, election_ticks=raft.election_ticks,
                         heartbeat_ticks=raft.heartbeat_ticks, quiesce=True)
+        hard_state = raft.hard_states.get(self.group)
+        if hard_state is None and adopted:
+            hard_state = raft.hard_states.get(legacy_group_name(self.key.topic, self.key.partition))
         machine = RaftMachine(
-            config, random.Random(), hard_state=raft.hard_states.get(self.group),
+            config, random.Random(), hard_state=hard_state,
             log=log_state(log_), committed=log_.log_start_offset - 1,
             batch_reader=log_batch_reader(log_))
         self.replica = Replica(self.group, machine, self, raft.hard_states, raft.schedule)
-        p = self.partition
-        raft.register(p.topic, p.index, self.tick, self.replicas)
+        raft.register(self.key, self.tick, self.replicas)
         if self.replicas[0] == raft.address:
             # The preferred leader (placement spreads them over nodes and shards) asks for
             # votes at once: a new topic has its leaders where placement put them, without
@@ -119,8 +170,7 @@ class Replication:
 
     def stop(self) -> None:
         """The partition stops (a shard stopping: hand leadership over if we lead)."""
-        p = self.partition
-        self.raft.unregister(p.topic, p.index)
+        self.raft.unregister(self.key)
         if self.replica is not None:
             self.replica.close()
 
@@ -274,11 +324,10 @@ class Replication:
             self._ready_at = log_.next_offset if log_ is not None else 0
             log.info("%s: leader in term %d", p, term)
         p.role_changed(soft.role == Role.Leader, term, was_leader)
-        self.raft.leader_changed(p.topic, p.index, leader, term, self.replicas)
+        self.raft.leader_changed(self.key, leader, term, self.replicas)
 
     def send(self, messages: list[Message]) -> None:
-        p = self.partition
-        self.raft.send(p.topic, p.index, messages)
+        self.raft.send(self.key, messages)
 
     def run_io(self, fn: Callable[[], Any],
                done: Callable[[Any, BaseException | None], None]) -> None:

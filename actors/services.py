@@ -95,6 +95,11 @@ class LongPolls(Protocol):
         """A partition of this shard stopped (deleted, or the shard stops)."""
         ...
 
+    def withdraw(self, key: tuple[str, int], state: Published | None) -> None:
+        """A partition that last published `state` stops publishing (it no longer leads, or
+        stops): `gone`, unless another incarnation's partition published since."""
+        ...
+
     def idle_read(self, key: tuple[str, int], offset: int, epoch: int) -> Published | None:
         """A local partition's published state if a read at `offset` finds nothing; else
         None (ask the partition)."""

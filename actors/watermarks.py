@@ -109,6 +109,14 @@ class Watermarks:
         if self._marks.get(key) != state.high_watermark:
             self.moved(key, state.high_watermark)
 
+    def withdraw(self, key: Key, state: Published | None) -> None:
+        """A partition that last published `state` (None: nothing) stops publishing: `gone`,
+        unless what the table holds for `key` is another's (a topic deleted and created
+        again under its name, whose new partition already published, shards/shard.py)."""
+        published = self._published.get(key)
+        if published is None or published is state:
+            self.gone(key)
+
     def idle_read(self, key: Key, offset: int, leader_epoch: int) -> Published | None:
         """The partition's published state if a read at `offset` would find nothing (a local
         partition, idle at exactly that offset, and the epoch the reader expects); else None:

@@ -313,6 +313,11 @@ class _Collector:
         yield _counter_with("krill_kafka_connections_refused", "Connections refused over "
                             "kafka_connections_max", shard_labels,
                             [([str(i)], s["connections_refused"]) for i, s in live])
+        yield _counter_with("krill_raft_messages_dropped", "Raft messages that found no replica "
+                            "of their group on the shard: none started (yet, or any more), or "
+                            "one of another incarnation of the topic name", ["reason", "shard"],
+                            [([reason, str(i)], count) for i, s in live
+                             for reason, count in (s.get("raft_dropped") or {}).items()])
         ready = [([str(i)], 1 if s is not None and s["ready"] else 0)
                  for i, s in enumerate(self.snapshots)]
         yield _gauge_with("krill_shard_ready", "1 while the shard serves", shard_labels, ready)

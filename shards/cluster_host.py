@@ -56,7 +56,7 @@ class ControllerHost:
 
     def send_raft(self, messages: list[Any]) -> None:
         assert self.shard.raft is not None
-        self.shard.raft.send(*CONTROLLER_GROUP, messages)
+        self.shard.raft.send(CONTROLLER_GROUP, messages)
 
     def run_blocking(self, fn: Callable[[], Any],
                      done: Callable[[Any, BaseException | None], None]) -> None:
@@ -76,9 +76,9 @@ class ControllerHost:
 
 
 def leads(ref: Any) -> bool:
-    """Whether a partition actor is a replicated partition's leader (read on the loop)."""
+    """Whether a partition actor leads its partition of the cluster (read on the loop)."""
     actor = actor_of(ref)
-    return actor is not None and actor.leader_epoch_is_leader  # type: ignore[attr-defined]
+    return actor is not None and actor.leads_in_cluster  # type: ignore[attr-defined]
 
 
 def raft_status(ref: Any) -> list[Any] | None:

@@ -13,6 +13,11 @@ controller group (actors/cluster_controller.py), is a Raft group driven from her
   timeout; a quiet group whose leader, or whose quorum, is among them is woken.
 - The hard-state table (actors/hard_state.py): every group's term and vote in one file under
   `<data_dir>/_krill/shard-N/`, one atomic write per loop turn for every group that changed.
+- Groups are named by `GroupKey` (topic, index, topic id: actors/partition_replication.py)
+  in every table here and in every message: a topic deleted and created again under its
+  name is another group, and one replica's cleanup never touches the other's clock, report
+  or term. A message that finds no replica of its group on the receiving shard, or one of
+  another incarnation, is dropped and counted (`dropped`, krill_raft_messages_dropped).
 - Sends: a group's messages go to each replica's shard, `(node, shard)`, through the Router
   (shards/calls/raft.py): this node's shards over the pipes, other nodes' over node RPC, and
   a loop turn's messages to one shard leave as one message. A heartbeat to a peer that had
@@ -20,7 +25,8 @@ controller group (actors/cluster_controller.py), is a Raft group driven from her
   election clock and carried the commit, and its answer marks the follower active (a
   heartbeat marked quiesce always goes).
 - Leaders: a replica's leadership changes go into this shard's `LeaderTable` (Metadata,
-  coordinators) and, from the leader, to every shard of every node (shards/calls/leaders.py),
+  coordinators) and, from the leader, to every shard of every node (shards/calls/leaders.py;
+  a partition of replication factor 1 has no group and reports itself the same way),
   again every `leader_refresh_interval_s` for the partitions it leads, so a node that missed a
   report learns every leader within that long; a shard that starts asks every peer shard for
   what it leads once it has its first topic table (`ask_leaders`).
@@ -37,6 +43,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from actors.cluster.leaders import LeaderTable, LeaderUpdate
 from actors.hard_state import HardStateStore
+from actors.partition_replication import GroupKey
 from actors.raft import Message, MsgType
 from shards import limits
 from shards.calls import leaders as leaders_call
@@ -70,11 +77,11 @@ class RaftHost:
         directory.mkdir(parents=True, exist_ok=True)
         self.hard_states = HardStateStore(directory, run_io, loop.call_soon)
         self.leaders = LeaderTable()
-        self._ticks: dict[tuple[str, int], Callable[[], None]] = {}
-        self._group_peers: dict[tuple[str, int], tuple[Address, ...]] = {}
+        self._ticks: dict[GroupKey, Callable[[], None]] = {}
+        self._group_peers: dict[GroupKey, tuple[Address, ...]] = {}
         # When each group last sent an append to each peer (loop time): its heartbeats to
         # that peer within a tick are dropped (module docstring).
-        self._appended: dict[tuple[str, int], dict[Any, float]] = {}
+        self._appended: dict[GroupKey, dict[Any, float]] = {}
         # Liveness (module docstring): the peers of this shard's groups, how many groups each
         # is a peer in, and when each was last heard from (loop time).
         self._peers: collections.Counter[Address] = collections.Counter()
@@ -83,25 +90,24 @@ class RaftHost:
         self.lost: frozenset[Address] = frozenset()
         self.election_timeout_s = election_ticks * tick_s
         self._due: list[Callable[[], None]] = []  # Replicas' work for the end of the turn
-        # This turn's messages: target shard -> (topic, index) -> messages, in send order.
-        self._outbox: dict[Any, dict[tuple[str, int], list[Message]]] = {}
-        self._led: dict[tuple[str, int], LeaderUpdate] = {}
-        self._versions: dict[tuple[str, int], int] = {}
+        # This turn's messages: target shard -> group -> messages, in send order.
+        self._outbox: dict[Any, dict[GroupKey, list[Message]]] = {}
+        self._led: dict[GroupKey, LeaderUpdate] = {}
+        self._versions: dict[GroupKey, int] = {}
+        # Raft messages that found no replica of their group here, by why (module docstring).
+        self.dropped = {"no_replica": 0, "other_incarnation": 0}
         self._router: Router | None = None
         self._mesh: NodeMesh | None = None
         self._shards_of: Callable[[int], int] = lambda _node: 1
         self._timer: asyncio.TimerHandle | None = None
         self._refresh: asyncio.TimerHandle | None = None
-        self._topic_ids: Callable[[str], bytes | None] = lambda _t: None
         # Told of every change of a local replica's role (the shard: coordinators follow).
         self.on_role_change: Callable[[str, int], None] = lambda _topic, _index: None
 
-    def bind(self, router: Router, mesh: NodeMesh, shards_of: Callable[[int], int],
-             topic_ids: Callable[[str], bytes | None]) -> None:
+    def bind(self, router: Router, mesh: NodeMesh, shards_of: Callable[[int], int]) -> None:
         """Start ticking, sending through `router`; `shards_of(node)`: that node's shard count
-        (who to tell of leaders); `topic_ids(topic)`: a topic's id now."""
+        (who to tell of leaders)."""
         self._router, self._mesh, self._shards_of = router, mesh, shards_of
-        self._topic_ids = topic_ids
         self._timer = self.loop.call_later(self.tick_s, self._tick)
         self._refresh = self.loop.call_later(limits.leader_refresh_interval_s, self._refresh_all)
 
@@ -113,10 +119,9 @@ class RaftHost:
 
     # RaftServices ----------------------------------------------------------------------------
 
-    def register(self, topic: str, index: int, tick: Callable[[], None],
+    def register(self, key: GroupKey, tick: Callable[[], None],
                  replicas: tuple[Address, ...] = ()) -> None:
         """Tick this group; `replicas`: its replicas, whose shards this one keeps alive."""
-        key = (topic, index)
         self._forget_peers(key)
         self._ticks[key] = tick
         now = self.loop.time()
@@ -126,14 +131,13 @@ class RaftHost:
             self._peers[peer] += 1
             self._heard.setdefault(peer, now)  # a timeout's grace from the first group
 
-    def unregister(self, topic: str, index: int) -> None:
-        key = (topic, index)
+    def unregister(self, key: GroupKey) -> None:
         self._ticks.pop(key, None)
         self._led.pop(key, None)
         self._appended.pop(key, None)
         self._forget_peers(key)
 
-    def _forget_peers(self, key: tuple[str, int]) -> None:
+    def _forget_peers(self, key: GroupKey) -> None:
         for peer in self._group_peers.pop(key, ()):
             self._peers[peer] -= 1
             if not self._peers[peer]:
@@ -161,7 +165,7 @@ class RaftHost:
             except Exception:  # one group's bug must not stop the others' work
                 log.exception("a Raft group's work failed")
 
-    def send(self, topic: str, index: int, messages: list[Message]) -> None:
+    def send(self, key: GroupKey, messages: list[Message]) -> None:
         """Gathered per target shard until the end of the loop turn: one call carries every
         group's messages to it (calls/raft.py)."""
         mesh = self._mesh
@@ -170,12 +174,12 @@ class RaftHost:
         outbox = self._outbox
         if not outbox:
             self.loop.call_soon(self._flush)
-        appended = self._appended.get((topic, index))
+        appended = self._appended.get(key)
         now = self.loop.time()
         for m in messages:
             if m.type is MsgType.MsgApp:
                 if appended is None:
-                    appended = self._appended[(topic, index)] = {}
+                    appended = self._appended[key] = {}
                 appended[m.to] = now
             elif m.type is MsgType.MsgHeartbeat and not m.quiesce and appended is not None:
                 last = appended.get(m.to)
@@ -183,7 +187,7 @@ class RaftHost:
                     continue
             node, shard = cast(Address, m.to)
             groups = outbox.setdefault(mesh.address(node, shard), {})
-            groups.setdefault((topic, index), []).append(m)
+            groups.setdefault(key, []).append(m)
 
     def _flush(self) -> None:
         outbox, self._outbox = self._outbox, {}
@@ -191,15 +195,15 @@ class RaftHost:
         if router is None:
             return
         for target, groups in outbox.items():
-            raft_call.send(router, target, [(t, i, ms) for (t, i), ms in groups.items()])
+            raft_call.send(router, target, list(groups.items()))
             self._sent.add(target)
 
-    def leader_changed(self, topic: str, index: int, leader: Address | None, epoch: int,
+    def leader_changed(self, key: GroupKey, leader: Address | None, epoch: int,
                        replicas: tuple[Address, ...]) -> None:
-        key = (topic, index)
-        topic_id = self._topic_ids(topic)
-        if topic_id is None:
-            return
+        """A replica here saw its group's leader change. The report carries the replica's
+        own topic id: one of a deleted topic's, not yet stopped, is ignored everywhere
+        (actors/cluster/leaders.py), never taken for the new topic's."""
+        topic, index, topic_id = key
         if leader == self.address:
             version = self._versions.get(key, 0) + 1
             self._versions[key] = version

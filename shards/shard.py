@@ -31,7 +31,6 @@ import socket
 import sys
 import threading
 import time
-import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -51,6 +50,7 @@ from actors.handlers.join import send as send_to
 from actors.metrics import ShardMetrics
 from actors.partition import Delete, Partition, UpdateSettings
 from actors.partition_messages import RaftReceive, RaftUnreachable, TransferLeadership
+from actors.partition_replication import GroupKey
 from actors.runtime import actor_of, bind_loop, stop_all_actors
 from actors.services import BrokerSettings, TopicTable
 from actors.topic_config import TopicSettings
@@ -74,6 +74,7 @@ from shards.stats import StatsEndpoint
 from shards.threads import demote_helper_threads
 from shards.watch import WatchService
 from storage.free_space import FreeSpaceGuard
+from storage.partition_dir import move_to_trash
 from storage.probes import PROBES, clear_probe, set_probe
 from wire.frame import SCRATCH_BYTES
 
@@ -416,7 +417,7 @@ class Shard:
                 directory = Path(self.settings.data_dir) / f"{name}-{index}"
                 replicas = info.replicas[index] if isinstance(info, PlacedTopic) else ()
                 self._partitions[(name, index)] = Partition.start(
-                    name, index, directory, settings, self, replicas
+                    name, index, info.topic_id, directory, settings, self, replicas
                 )
         for name, info in old.topics.items():
             if name not in table.topics:
@@ -431,7 +432,7 @@ class Shard:
             directory = Path(self.settings.data_dir) / f"{name}-{index}"
             ref = self._partitions.pop((name, index), None)
             if ref is not None:
-                ref.tell(Delete(_move_to_trash(directory)))
+                ref.tell(Delete(move_to_trash(directory)))
             else:
                 self.long_polls.gone((name, index))
                 if self._router is not None:
@@ -518,7 +519,7 @@ class Shard:
         self._router = Router(self, self._node_mesh, self._arenas,
                               expires=self._node_mesh.is_remote)
         assert self.raft is not None
-        self.raft.bind(self._router, self._node_mesh, self._shards_of, self._topic_id)
+        self.raft.bind(self._router, self._node_mesh, self._shards_of)
         self.raft.on_role_change = self._role_changed
 
     def _shards_of(self, node: int) -> int:
@@ -526,10 +527,6 @@ class Shard:
             return self.shards
         info = self._cluster_nodes.get(node)
         return info.shards if info is not None else 1
-
-    def _topic_id(self, topic: str) -> bytes | None:
-        info = self._table.topics.get(topic)
-        return info.topic_id if info is not None else None
 
     def _start_cluster_controller(self) -> Any:
         config = self.config
@@ -544,7 +541,7 @@ class Shard:
         actor = actor_of(controller)
         assert isinstance(actor, ClusterController)
         self._controller_actor = actor
-        self.raft.register(*CONTROLLER_GROUP, actor.tick)
+        self.raft.register(CONTROLLER_GROUP, actor.tick)
         return controller
 
     def _on_node_message(self, source: Any, header: Any, frames: list[Any]) -> None:
@@ -564,16 +561,25 @@ class Shard:
         if self.raft is not None:
             self.raft.heard_from(source)
 
-    def raft_receive(self, topic: str, index: int, messages: list[Any]) -> None:
-        if (topic, index) == CONTROLLER_GROUP:
+    def raft_receive(self, key: GroupKey, messages: list[Any]) -> None:
+        """Messages for the replica here of the group `key`. One of another incarnation of
+        the topic name (deleted and created again: actors/partition_replication.GroupKey) must
+        never take them, nor answer: they are dropped and counted, as are those for a replica
+        not started here (yet, or any more; Raft sends again)."""
+        assert self.raft is not None
+        if key == CONTROLLER_GROUP:
             target = self._controller if self.shard_id == 0 else None
             if target is not None:
                 send_to(target, RaftReceive(messages))
             return
-        ref = self._partitions.get((topic, index))
+        ref = self._partitions.get((key.topic, key.partition))
         actor = actor_of(ref) if ref is not None else None
-        if actor is not None:  # else not started here yet: Raft sends again
-            actor.raft_input(messages)  # type: ignore[attr-defined]
+        if not isinstance(actor, Partition):
+            self.raft.dropped["no_replica"] += len(messages)
+        elif actor.topic_id != key.topic_id:
+            self.raft.dropped["other_incarnation"] += len(messages)
+        else:
+            actor.raft_input(messages)
 
     def leaders_heard(self, updates: list[Any]) -> None:
         if self.raft is not None:
@@ -652,7 +658,8 @@ class Shard:
             status = raft_status(ref)
             if status is not None:
                 raft.append(status)
-        extra: dict[str, Any] = {"raft": raft}
+        assert self.raft is not None
+        extra: dict[str, Any] = {"raft": raft, "raft_dropped": dict(self.raft.dropped)}
         if self.shard_id == 0 and self._controller is not None:
             actor = self._controller_actor
             extra["controller"] = {
@@ -825,21 +832,6 @@ class Shard:
                 self._mesh.close()
             self.loop.close()
         log.info("shard %d stopped", self.shard_id)
-
-
-TRASH_SUFFIX = "-delete"
-
-
-def _move_to_trash(directory: Path) -> Path:
-    """Rename a deleted partition's directory out of the way (as Kafka does), so a topic of
-    the same name can be created at once; the partition removes it off the loop. Start-up
-    removes any left by a crash (shards/supervisor.py)."""
-    trash = directory.with_name(f"{directory.name}.{uuid.uuid4().hex}{TRASH_SUFFIX}")
-    try:
-        os.rename(directory, trash)
-    except FileNotFoundError:
-        pass
-    return trash
 
 
 def _reader_advertised(config: NodeConfig) -> str:

@@ -55,6 +55,7 @@ class WatchService:
         self.idle_read = self.table.idle_read
         self.publish = self.table.publish
         self.gone = self.table.gone
+        self.withdraw = self.table.withdraw
 
     def bind(self, router: Router, is_local: Callable[[str, int], bool]) -> None:
         """Join the pipe mesh; `is_local(topic, index)`: whether a partition actor runs here."""

@@ -20,10 +20,14 @@ newer one replaces an entry:
 - At the same term and version, a report that names the leader beats one that does not.
 
 The table is bounded by the partitions that exist: it holds a reference to the current
-`TopicTable`, ignores reports about anything else (unknown topic, partition out of range, a
-topic id from before the topic was deleted and created again, a leader or ISR member that is
-not a replica), and `set_topics` forgets entries whose topic went away, so a re-created topic,
-whose terms start again from zero, is not hidden behind its predecessor's epochs.
+`TopicTable`, ignores reports about anything else (partition out of range, a topic id from
+before the topic was deleted and created again, a leader or ISR member that is not a replica),
+and `set_topics` forgets entries whose topic went away, so a re-created topic, whose terms
+start again from zero, is not hidden behind its predecessor's epochs. A report about a topic
+id, or a partition, the table does not have yet is kept aside (`early_leader_reports_max` of
+them, the oldest dropped first) and taken when `set_topics` brings it: a new topic's leaders
+are elected while its table is still on its way to the other nodes, and their reports would
+otherwise wait for the leader's next refresh.
 
 While an election is on, the table remembers the leader before it (`last_named`): Metadata
 names that one rather than none, as Kafka's brokers do until the controller's news arrives
@@ -45,6 +49,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import NamedTuple
 
+from actors.cluster import limits
 from actors.cluster.commands import Address
 from actors.cluster.state import PlacedTopic
 from actors.group import OFFSETS_TOPIC, offsets_partition
@@ -77,6 +82,8 @@ class LeaderTable:
         # The newest report of each partition that named a leader: while an election is on,
         # Metadata names this one (`last_named`).
         self._named: dict[tuple[str, int], LeaderUpdate] = {}
+        # Reports about topic ids the table does not know yet, oldest first (module docstring).
+        self._early: dict[tuple[bytes, int], LeaderUpdate] = {}
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -88,11 +95,17 @@ class LeaderTable:
             gone = [key for key, u in entries.items() if not self._exists(u)]
             for key in gone:
                 del entries[key]
+        known = {info.topic_id: info.partitions for info in topics.topics.values()}
+        for early in [(i, p) for i, p in self._early if p < known.get(i, 0)]:
+            self.update(self._early.pop(early))
 
     def update(self, u: LeaderUpdate) -> bool:
         """Take `u` if it is about a partition that exists and newer than what is known; True
         if it was taken (worth passing on to peers)."""
         if not self._exists(u):
+            info = self._topics.topics.get(u.topic)
+            if info is None or info.topic_id != u.topic_id or u.partition >= info.partitions:
+                self._keep_early(u)  # maybe a topic, or partitions, not here yet
             return False
         key = (u.topic, u.partition)
         known = self._entries.get(key)
@@ -102,6 +115,15 @@ class LeaderTable:
         if u.leader is not None:
             self._named[key] = u
         return True
+
+    def _keep_early(self, u: LeaderUpdate) -> None:
+        key = (u.topic_id, u.partition)
+        known = self._early.pop(key, None)
+        if known is not None and u.order() <= known.order():
+            u = known
+        self._early[key] = u  # newest last
+        if len(self._early) > limits.early_leader_reports_max:
+            del self._early[next(iter(self._early))]
 
     def get(self, topic: str, partition: int) -> LeaderUpdate | None:
         return self._entries.get((topic, partition))

@@ -22,3 +22,8 @@ command_bytes_max = 8 * 1024 * 1024
 snapshot_bytes_max = 512 * 1024 * 1024
 # The largest producer id (a Java long); blocks past it are refused.
 producer_id_max = 2**63 - 1
+# Leader reports about a topic this node's table does not have yet (a new topic's first
+# elections race the table's way to this shard): kept, newest last, and applied when the
+# table brings the topic; past this many the oldest is dropped (the leader's periodic
+# refresh, shards/limits.leader_refresh_interval_s, sends it again).
+early_leader_reports_max = 4096

@@ -4,7 +4,11 @@ v1 validateOnly and error messages; v2 throttle time; v4 partitions and replicat
 may be -1 for the broker default; v5 flexible, the result carries partitions, replication
 factor and configs; v6 same as v5; v7 returns the topic id.
 The controller validates (name, partitions, replication factor, assignments, configs), writes
-the topic table atomically, and only then answers.
+the topic table atomically, and only then answers. On a cluster the answer waits, besides, until
+this shard knows a leader of every partition created (each elects its own in its Raft group, at
+once where placement put its preferred replica), for at most `create_topics_leaders_wait_s` or
+the request's timeout: Kafka's controller names leaders at creation, and a tool that produces
+or asks Metadata right after must not find LEADER_NOT_AVAILABLE.
 
 A client may not create a missing internal topic (`__consumer_offsets`, `__transaction_state`):
 it gets INVALID_REQUEST, "Creation of internal topic ... is prohibited", Kafka's answer for the
@@ -16,10 +20,14 @@ partitions, compacted). One that exists answers TOPIC_ALREADY_EXISTS as any topi
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from typing import Any
 
+from actors import limits
 from actors.controller import INTERNAL_TOPICS, CreateTopics, TopicResult, TopicSpec
 from actors.handlers.configs import config_entries
+from actors.runtime import current_loop
 from wire.errors import ErrorCode
 from wire.messages.create_topics import CreateTopicsRequest, CreateTopicsResponse
 
@@ -68,7 +76,40 @@ def handle(ctx: Any, request: CreateTopicsRequest) -> None:
     if not allowed:
         created([])
         return
-    ctx.services.controller().tell(CreateTopics(allowed, validate_only, created))
+    wait_s = min(limits.create_topics_leaders_wait_s, max(0, request.timeout_ms) / 1000)
+
+    def applied(results: list[TopicResult]) -> None:
+        if validate_only:
+            created(results)
+        else:
+            _when_led(ctx.services, results, time.monotonic() + wait_s,
+                      lambda: created(results))
+
+    ctx.services.controller().tell(CreateTopics(allowed, validate_only, applied))
+
+
+def _when_led(services: Any, results: list[TopicResult], deadline: float,
+              then: Callable[[], None]) -> None:
+    """`then()` once this shard has the topics created in its table and knows a leader of
+    every partition (on a node of its own the node leads them all), or at `deadline`."""
+    def led() -> bool:
+        table = services.topics().topics
+        for r in results:
+            if r.error != ErrorCode.NONE or r.info is None:
+                continue
+            if r.info.name not in table:
+                return False
+            for index in range(r.info.partitions):
+                leader = services.partition_leader(r.info.name, index)
+                if leader is not None and leader[0] < 0:
+                    return False
+        return True
+
+    if led() or time.monotonic() >= deadline:
+        then()
+    else:
+        current_loop().call_later(limits.create_topics_leaders_step_s, _when_led, services,
+                                  results, deadline, then)
 
 
 def _prohibited(name: str) -> TopicResult:

@@ -1,8 +1,10 @@
 """raft: Raft groups' messages to their replicas on another shard, of this node or another.
 
     RaftCall(groups)  -->  that shard: each group's messages to its replica of the partition
-                           (the controller group: topic "", partition 0); no groups: a
-                           keepalive, for quiesced groups' liveness (shards/raft_host.py)
+                           of that topic id (the controller group: topic "", partition 0,
+                           id b""); a replica of another incarnation of the topic name, or
+                           none, drops them (counted); no groups: a keepalive, for quiesced
+                           groups' liveness (shards/raft_host.py)
     (no answer: Raft answers with messages of its own, and takes lost ones in its stride)
 
 One call carries every group's messages to one shard in one loop turn (the shard's RaftHost
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
+from actors.partition_replication import GroupKey
 from actors.raft import Message, MsgType, Range
 from shards.calls.base import Address, Request
 
@@ -30,8 +33,8 @@ __all__ = ["CONTROLLER_GROUP", "KIND", "RaftCall", "send", "serve"]
 
 KIND = 13
 
-# The controller's Raft group, in the place of a partition's (topic, index): "" is no topic.
-CONTROLLER_GROUP = ("", 0)
+# The controller's Raft group, in the place of a partition's: "" is no topic.
+CONTROLLER_GROUP = GroupKey("", 0, b"")
 
 
 _TYPES = tuple(MsgType)  # by value (0..n, in order): a lookup, not an enum call
@@ -39,7 +42,7 @@ assert all(t == i for i, t in enumerate(_TYPES))
 
 
 class RaftCall(NamedTuple):
-    groups: list[list[Any]]  # [topic, partition, message, message, ...] per group
+    groups: list[list[Any]]  # [topic, partition, topic id, message, message, ...] per group
 
 
 def _to_wire(m: Message, frames: list[Any]) -> list[Any]:
@@ -62,11 +65,9 @@ def _from_wire(value: list[Any], frames: list[Any]) -> Message:
                    None if payload < 0 else frames[payload])
 
 
-def send(router: Router, to: Address,
-         groups: list[tuple[str, int, list[Message]]]) -> None:
+def send(router: Router, to: Address, groups: list[tuple[GroupKey, list[Message]]]) -> None:
     frames: list[Any] = []
-    wire = [[topic, partition, *(_to_wire(m, frames) for m in messages)]
-            for topic, partition, messages in groups]
+    wire = [[*key, *(_to_wire(m, frames) for m in messages)] for key, messages in groups]
     router.call(to, KIND, RaftCall(wire), frames, None)
 
 
@@ -74,5 +75,5 @@ def serve(request: Request, body: Any, frames: list[Any]) -> None:
     shard = request.router.shard
     shard.raft_heard_from(request.source)  # an empty call is a keepalive (shards/raft_host.py)
     for group in RaftCall._make(body).groups:
-        messages = [_from_wire(m, frames) for m in group[2:]]
-        shard.raft_receive(group[0], group[1], messages)
+        messages = [_from_wire(m, frames) for m in group[3:]]
+        shard.raft_receive(GroupKey(group[0], group[1], group[2]), messages)

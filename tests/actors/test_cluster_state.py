@@ -641,6 +641,30 @@ def test_removed_topics_are_forgotten(log: Log, leaders: LeaderTable) -> None:
     assert [e.leader for e in leaders.entries()] == [(2, 1)]
 
 
+def test_a_report_that_comes_before_its_topic_is_taken_when_the_table_brings_it(
+        log: Log, leaders: LeaderTable) -> None:
+    """A new topic's (or partition's) first election is reported while the table that names
+    it is still on its way to this shard."""
+    assert not leaders.update(up((2, 1), 1, topic="u", i=2))  # topic u: not in the table yet
+    assert not leaders.update(up((2, 1), 2, topic="u", i=2))  # a newer report replaces it
+    assert not leaders.update(up((3, 0), 1, partition=2))  # t's partition 2: not yet either
+    assert len(leaders) == 0
+    log.ok(create("u", 2, R23))
+    log.ok(CreatePartitions("t", tid(1), 3, (R23,)))
+    leaders.set_topics(log.state.view().table)
+    entry = leaders.get("u", 0)
+    assert entry is not None and (entry.leader, entry.epoch) == ((2, 1), 2)
+    assert leaders.leader("t", 2) == (3, 0)
+
+
+def test_reports_kept_for_topics_not_yet_known_are_bounded(leaders: LeaderTable) -> None:
+    kept = limits.early_leader_reports_max
+    for partition in range(kept + 10):
+        leaders.update(up((1, 0), 1, topic="u", i=2, partition=partition))
+    assert len(leaders._early) == kept
+    assert min(p for _, p in leaders._early) == 10  # the oldest went first
+
+
 def test_the_coordinator_is_the_offsets_partitions_leader(log: Log) -> None:
     table = LeaderTable(log.state.view().table)
     assert table.coordinator("g") is None  # no offsets topic yet

@@ -105,7 +105,7 @@ class Node:
         self.table = TopicTable({OFFSETS_TOPIC: info}, 1)
         settings = TopicSettings(1 << 30, 1 << 40, 1 << 20, False, False)
         self.gates = {
-            p: Gate(Partition.start(OFFSETS_TOPIC, p, data_dir / f"{OFFSETS_TOPIC}-{p}",
+            p: Gate(Partition.start(OFFSETS_TOPIC, p, TOPIC_ID, data_dir / f"{OFFSETS_TOPIC}-{p}",
                                     settings, self))
             for p in range(PARTITIONS)
         }

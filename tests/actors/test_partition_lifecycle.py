@@ -27,6 +27,8 @@ from wire.errors import ErrorCode
 from wire.record_batch import iter_batches
 from wire.records import build_batch
 
+TOPIC_ID = bytes(range(16))  # the topic incarnation these partitions belong to
+
 pytestmark = pytest.mark.timeout(30)
 
 
@@ -71,7 +73,7 @@ def start(tmp_path: Path) -> tuple[Any, HeldServices, Path]:
     services = HeldServices(tmp_path)
     directory = tmp_path / "t-0"
     settings = TopicSettings(1 << 30, 1 << 40, 1 << 20, False, False)
-    return Partition.start("t", 0, directory, settings, services), services, directory
+    return Partition.start("t", 0, TOPIC_ID, directory, settings, services), services, directory
 
 
 def produce(ref: Any, answers: list[ProduceResult]) -> None:
@@ -136,7 +138,7 @@ def test_delete_while_removed_segments_wait_their_delay_closes_them(
     settings = TopicSettings(segment_bytes=200, segment_ms=1 << 40, max_message_bytes=1 << 20,
                              log_append_time=False, write_caching=False, retention_bytes=100,
                              file_delete_delay_ms=60_000)
-    ref = Partition.start("t", 0, directory, settings, services)
+    ref = Partition.start("t", 0, TOPIC_ID, directory, settings, services)
     answers: list[ProduceResult] = []
     for _ in range(8):
         produce(ref, answers)

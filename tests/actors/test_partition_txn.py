@@ -40,6 +40,8 @@ from wire.errors import ErrorCode
 from wire.record_batch import iter_batches
 from wire.records import build_batch
 
+TOPIC_ID = bytes(range(16))  # the topic incarnation these partitions belong to
+
 pytestmark = pytest.mark.timeout(30)
 
 PID = 4000
@@ -82,7 +84,7 @@ class Harness:
 
     def start(self) -> Any:
         settings = TopicSettings(1 << 30, 1 << 40, 1 << 20, False, False)
-        return Partition.start(self.topic, 0, self.directory, settings, self.services)
+        return Partition.start(self.topic, 0, TOPIC_ID, self.directory, settings, self.services)
 
     def restart(self) -> None:
         ref = self.ref

@@ -26,6 +26,7 @@ from actors.partition import (
     ReadResult,
     WriteTxnMarker,
 )
+from actors.partition_replication import GroupKey
 from actors.raft import Message
 from actors.services import BrokerSettings
 from actors.topic_config import TopicSettings
@@ -35,6 +36,8 @@ from tests.support.io_pool import pool_call
 from wire.errors import ErrorCode
 from wire.record_batch import iter_batches
 from wire.records import build_batch
+
+TOPIC_ID = bytes(range(16))  # the topic incarnation these partitions belong to
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -92,20 +95,20 @@ class Raft:
         self.hard_states = HardStateStore(directory, run_io, net.loop.call_soon)
         net.rafts[address] = self
 
-    def send(self, topic: str, index: int, messages: list[Message]) -> None:
+    def send(self, key: GroupKey, messages: list[Message]) -> None:
         self.net.loop.call_soon(self.net.deliver, self.address, messages)
 
-    def register(self, topic: str, index: int, tick: Callable[[], None],
+    def register(self, key: GroupKey, tick: Callable[[], None],
                  replicas: tuple[Address, ...] = ()) -> None:
         self.net.ticks[self.address] = tick
 
-    def unregister(self, topic: str, index: int) -> None:
+    def unregister(self, key: GroupKey) -> None:
         self.net.ticks.pop(self.address, None)
 
     def schedule(self, fn: Callable[[], None]) -> None:
         self.net.loop.call_soon(fn)
 
-    def leader_changed(self, topic: str, index: int, leader: Address | None, epoch: int,
+    def leader_changed(self, key: GroupKey, leader: Address | None, epoch: int,
                        replicas: tuple[Address, ...]) -> None:
         self.net.leaders[self.address] = leader
 
@@ -138,7 +141,7 @@ class Cluster:
         for address in REPLICAS:
             data_dir = tmp_path / f"node{address[0]}"
             services = Services(address, self.net, data_dir)
-            self.net.refs[address] = Partition.start("t", 0, data_dir / "t-0", settings,
+            self.net.refs[address] = Partition.start("t", 0, TOPIC_ID, data_dir / "t-0", settings,
                                                      services, REPLICAS)
 
     def leader(self) -> Address:

@@ -122,3 +122,24 @@ def test_publish_wakes_watches() -> None:
     assert fired == []
     table.publish(KEY, Published(1, 0, 0, None))
     assert fired == [True]
+
+
+def test_a_partition_withdraws_only_what_it_published_itself() -> None:
+    """A topic deleted and created again under its name: the new partition publishes before
+    the old one stops, and the old one's withdrawal must leave the new one's state."""
+    table = Watermarks()
+    old = Published(7, 0, 3, None)
+    table.publish(KEY, old)
+    new = Published(0, 0, 1, None)
+    table.publish(KEY, new)  # the new incarnation started
+    table.withdraw(KEY, old)  # the old one's stop, late
+    assert table.idle_read(KEY, 0, -1) == new and table.high_watermark(KEY) == 0
+    table.withdraw(KEY, None)  # one that never published: the new one's state stays too
+    assert table.idle_read(KEY, 0, -1) == new
+    fired: list[object] = []
+    table.watch(KEY, 0, waiter(fired, "long poll"))
+    table.withdraw(KEY, new)  # its own: gone, and the waiter asks again
+    assert fired == ["long poll"] and table.idle_read(KEY, 0, -1) is None
+    table.watch(KEY, 0, waiter(fired, "again"))
+    table.withdraw(KEY, None)  # nothing published: waiters woken as gone() does
+    assert fired == ["long poll", "again"]

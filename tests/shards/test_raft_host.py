@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from actors.partition_replication import GroupKey
 from actors.raft import Message, MsgType
 from shards.calls import leaders as leaders_call
 from shards.calls import raft as raft_call
@@ -54,22 +55,25 @@ def _host(tmp_path: Path) -> tuple[RaftHost, _Router]:
     host = RaftHost(1, 0, asyncio.get_running_loop(), str(tmp_path), run_io,
                     ELECTION_TICKS, 1, TICK_S)
     router = _Router()
-    host.bind(router, _Mesh(), lambda _node: 1, lambda _topic: b"\0" * 16)  # type: ignore[arg-type]
+    host.bind(router, _Mesh(), lambda _node: 1)  # type: ignore[arg-type]
     host.close()
     return host, router
+
+
+T0, T1 = GroupKey("t", 0, b"\0" * 16), GroupKey("t", 1, b"\0" * 16)
 
 
 def test_keepalives_go_to_each_peer_shard_not_sent_to_and_lost_names_the_silent(
         tmp_path: Path) -> None:
     async def main() -> None:
         host, router = _host(tmp_path)
-        host.register("t", 0, lambda: None, ((1, 0), (2, 0), (3, 0)))
-        host.register("t", 1, lambda: None, ((1, 0), (2, 0), (3, 0)))
+        host.register(T0, lambda: None, ((1, 0), (2, 0), (3, 0)))
+        host.register(T1, lambda: None, ((1, 0), (2, 0), (3, 0)))
         host._keep_alive()
         assert router.keepalives() == [(2, 0), (3, 0)]  # one each, for two groups
 
         # A turn in which a group sent to node 2: at the next tick only node 3 gets one.
-        host.send("t", 0, [Message(MsgType.MsgHeartbeat, (2, 0), (1, 0), 1)])
+        host.send(T0, [Message(MsgType.MsgHeartbeat, (2, 0), (1, 0), 1)])
         await asyncio.sleep(0)  # the turn's sends leave
         host._keep_alive()
         assert router.keepalives() == [(3, 0)]
@@ -88,11 +92,11 @@ def test_keepalives_go_to_each_peer_shard_not_sent_to_and_lost_names_the_silent(
         assert host.lost == frozenset()
 
         # Peers count per group: node 3 stays one until its last group goes.
-        host.unregister("t", 0)
+        host.unregister(T0)
         router.calls.clear()
         host._keep_alive()
         assert router.keepalives() == [(2, 0), (3, 0)]
-        host.unregister("t", 1)
+        host.unregister(T1)
         host._keep_alive()
         assert router.keepalives() == [] and host.lost == frozenset()
 
@@ -103,23 +107,23 @@ def test_a_heartbeat_after_an_append_within_a_tick_is_dropped_but_never_a_quiesc
         tmp_path: Path) -> None:
     async def main() -> None:
         host, router = _host(tmp_path)
-        host.register("t", 0, lambda: None, ((1, 0), (2, 0), (3, 0)))
+        host.register(T0, lambda: None, ((1, 0), (2, 0), (3, 0)))
 
         def sent() -> list[tuple[Any, int]]:
             calls, router.calls = router.calls, []
-            return sorted((to, m[0]) for to, _, groups in calls for g in groups for m in g[2:])
+            return sorted((to, m[0]) for to, _, groups in calls for g in groups for m in g[3:])
 
         def heartbeat(to: int, quiesce: bool = False) -> Message:
             return Message(MsgType.MsgHeartbeat, (to, 0), (1, 0), 1, quiesce=quiesce)
 
-        host.send("t", 0, [Message(MsgType.MsgApp, (2, 0), (1, 0), 1)])
-        host.send("t", 0, [heartbeat(2), heartbeat(3), heartbeat(2, quiesce=True)])
+        host.send(T0, [Message(MsgType.MsgApp, (2, 0), (1, 0), 1)])
+        host.send(T0, [heartbeat(2), heartbeat(3), heartbeat(2, quiesce=True)])
         await asyncio.sleep(0)
         app, hb = int(MsgType.MsgApp), int(MsgType.MsgHeartbeat)
         # Node 2 had an append: its plain heartbeat is dropped, the quiesce one is not.
         assert sent() == [((2, 0), app), ((2, 0), hb), ((3, 0), hb)]
         await asyncio.sleep(TICK_S * 1.5)
-        host.send("t", 0, [heartbeat(2)])
+        host.send(T0, [heartbeat(2)])
         await asyncio.sleep(0)
         assert sent() == [((2, 0), hb)]  # a tick later it goes
 
@@ -145,8 +149,7 @@ def test_a_starting_shard_asks_every_peer_shard_and_a_leader_answers_what_it_lea
         host = RaftHost(1, 0, asyncio.get_running_loop(), str(tmp_path), run_io,
                         ELECTION_TICKS, 1, TICK_S)
         router = _Recorder()
-        host.bind(router, _Mesh(), lambda node: 2 if node == 1 else 1,  # type: ignore[arg-type]
-                  lambda _topic: b"\1" * 16)
+        host.bind(router, _Mesh(), lambda node: 2 if node == 1 else 1)  # type: ignore[arg-type]
         host.close()
 
         host.ask_leaders()  # every other shard, this node's shard 1 too; nothing told yet
@@ -158,7 +161,8 @@ def test_a_starting_shard_asks_every_peer_shard_and_a_leader_answers_what_it_lea
         host.tell_led((2, 0))  # leads nothing yet: nothing to send
         assert router.calls == []
         replicas = ((1, 0), (2, 0), (3, 0))
-        host.leader_changed("t", 0, (1, 0), 4, replicas)  # it leads t-0: everyone is told
+        # It leads t-0: everyone is told.
+        host.leader_changed(GroupKey("t", 0, b"\1" * 16), (1, 0), 4, replicas)
         router.calls.clear()
         host.tell_led((2, 0))
         [(to, kind, body)] = router.calls
@@ -186,3 +190,33 @@ def test_a_starting_shard_asks_every_peer_shard_and_a_leader_answers_what_it_lea
         assert [u.leader for u in shard.heard] == [(1, 0)]
 
     asyncio.run(main())
+
+
+def test_a_raft_call_names_each_group_by_topic_id_and_carries_its_payload() -> None:
+    """What crosses to a peer shard names the incarnation: the receiving shard gives the
+    messages only to a replica of the same topic id (shards/shard.py, raft_receive)."""
+    router = _Recorder()
+    old, new = GroupKey("t", 0, b"\1" * 16), GroupKey("t", 0, b"\2" * 16)
+    append = Message(MsgType.MsgApp, (2, 0), (1, 0), 3, offset=9, log_term=2,
+                     payload=b"batches")
+    raft_call.send(router, (2, 0), [(old, [append]), (new, [Message(
+        MsgType.MsgHeartbeat, (2, 0), (1, 0), 1)])])
+    [(to, kind, body)] = router.calls
+    assert (to, kind) == ((2, 0), raft_call.KIND)
+
+    class _Shard:
+        def __init__(self) -> None:
+            self.received: list[tuple[GroupKey, list[Message]]] = []
+
+        def raft_heard_from(self, _source: Any) -> None:
+            pass
+
+        def raft_receive(self, key: GroupKey, messages: list[Message]) -> None:
+            self.received.append((key, messages))
+
+    shard = _Shard()
+    request = Request(SimpleNamespace(shard=shard), (1, 0), 0)  # type: ignore[arg-type]
+    raft_call.serve(request, body, [b"batches"])
+    assert [key for key, _ in shard.received] == [old, new]
+    [(_, [got])] = shard.received[:1]
+    assert got == append

@@ -44,6 +44,8 @@ from wire.errors import ErrorCode
 from wire.record_batch import iter_batches
 from wire.records import build_batch, iter_records
 
+TOPIC_ID = bytes(range(16))  # the topic incarnation these partitions belong to
+
 pytestmark = pytest.mark.timeout(30)
 
 
@@ -96,7 +98,8 @@ def two_shards(
         shard.long_polls.bind(router, lambda t, i, shard=shard: (t, i) in shard.partitions)
         routers.append(router)
     settings = TopicSettings(1 << 30, 1 << 40, 1 << 20, False, False)
-    shard1.partitions[("t", 0)] = Partition.start("t", 0, tmp_path / "t-0", settings, shard1)
+    shard1.partitions[("t", 0)] = Partition.start(
+        "t", 0, TOPIC_ID, tmp_path / "t-0", settings, shard1)
     shard0.two_shards_peer = shard1  # type: ignore[attr-defined]
     return routers[0], routers[1], shard1
 
@@ -340,7 +343,7 @@ def test_one_request_s_partitions_are_answered_in_one_pipe_message(
     settings = TopicSettings(1 << 30, 1 << 40, 1 << 20, False, False)
     for index in (1, 2):
         shard1.partitions[("t", index)] = Partition.start(
-            "t", index, tmp_path / f"t-{index}", settings, shard1
+            "t", index, TOPIC_ID, tmp_path / f"t-{index}", settings, shard1
         )
     # Each partition's flush completes in a loop turn of its own, as fdatasyncs on threads do.
     delays = iter([0.001, 0.002, 0.003])  # all within the 5 ms a phase-one answer waits
@@ -379,7 +382,7 @@ def test_write_caching_answers_do_not_wait_for_others_flushes(
     router0, _router1, shard1 = two_shards
     cached = TopicSettings(1 << 30, 1 << 40, 1 << 20, False, True)
     shard1.partitions[("cached", 0)] = Partition.start(
-        "cached", 0, tmp_path / "cached-0", cached, shard1
+        "cached", 0, TOPIC_ID, tmp_path / "cached-0", cached, shard1
     )
     flushes = _hold_flushes(shard1)  # t-0's flush waits here until released
     answered: list[str] = []
@@ -549,7 +552,7 @@ def test_answered_while_taken_phase_one_is_answered_once_in_order(
     settings = TopicSettings(1 << 30, 1 << 40, max_message_bytes, False, case == "write caching")
     topic = "cached" if case == "write caching" else "p"  # FakeShard.write_caching
     shard1.partitions[(topic, 0)] = Partition.start(
-        topic, 0, tmp_path / f"{topic}-0", settings, shard1
+        topic, 0, TOPIC_ID, tmp_path / f"{topic}-0", settings, shard1
     )
     remote = RemotePartition(router0, 1, topic, 0)
     count = limits.pipe_batch_messages_max

@@ -203,15 +203,17 @@ class ClusterNode:
             return None
         return {(r["topic"], r["partition"]): r for r in json.loads(body)["partitions"]}
 
-    def metadata(self, topics: list[str] | None = None) -> MetadataResponse:
-        """One Metadata answer from this node alone (None: every topic)."""
+    def metadata(self, topics: list[str] | None = None,
+                 version: int = _METADATA_VERSION) -> MetadataResponse:
+        """One Metadata answer from this node alone (None: every topic); v10+ names topic
+        ids."""
         wanted = (
             None
             if topics is None
             else [MetadataRequest.MetadataRequestTopic(name=t) for t in topics]
         )
         with RawClient(self.bootstrap) as client:
-            return client.call(3, _METADATA_VERSION, request(
+            return client.call(3, version, request(
                 3, topics=wanted, allow_auto_topic_creation=False))  # fmt: skip
 
     def find_coordinator(self, group: str) -> int:
