@@ -338,11 +338,24 @@ class ClusterController(LoopActor):
             try:
                 ref.tell(_Flushed(ticket, term, error))
             except ActorDeadError:
-                if self._log is not None:
-                    self._log.close()
-                    self._log = None
+                self._close_after(ticket, error)
 
         self.host.run_blocking(ticket.run, done)
+
+    def _close_after(self, ticket: Any, error: BaseException | None) -> None:
+        """The actor stopped while a flush ran: end its ticket (the log closes no fd a
+        ticket still holds), then close the log."""
+        log_ = self._log
+        if log_ is None:
+            return
+        self._log = None
+        try:
+            if error is None:
+                log_.flush_complete(ticket)
+            else:
+                log_.flush_failed(ticket)  # cuts what was not synced, as a restart would
+        finally:
+            log_.close()
 
     def _flushed(self, m: _Flushed) -> None:
         self._flushing = False
