@@ -18,6 +18,13 @@ commands.py), and every node applies the committed records in order to its `Clus
                                     (of `PlacedTopic`s) is published to this node's shards,
                                     which start and stop replicas to match
 
+Applying follows the high watermark Raft reports (`committed`), as far as the log holds it:
+the entries that come with a cut of the log (a follower's uncommitted tail replaced by the
+leader's) are written only once the cut is durable (actors/replica.py), after the commit that
+covers them was reported. So the controller applies again, up to the last high watermark
+reported, when a cut completes and after each append; else they would wait for the next
+controller write, which an idle cluster never makes.
+
 Each node registers itself (`RegisterNode`: its Kafka address, RPC address, shards) once a
 leader is known and again whenever what the state holds differs from its own; Metadata lists
 the registered nodes. Producer ids come in blocks a node is given through the log
@@ -156,6 +163,7 @@ class ClusterController(LoopActor):
         self._log: DiskLog | None = None
         self._replica: Replica | None = None
         self._applied = 0  # the end offset applied
+        self._commit_target = 0  # the high watermark Raft last reported; applied up to it
         self._fresh_from = 0  # records from here on were written in this run
         self._flushing = False
         self._waiters: dict[int, Callable[[Applied], None]] = {}  # offset -> its answer
@@ -283,15 +291,18 @@ class ClusterController(LoopActor):
     def appended(self, last_offset: int, headers: list[BatchHeader],
                  data: bytes | bytearray | memoryview) -> None:
         self._flush()
+        self._apply_to(self._commit_target)
 
     def log_rewritten(self) -> None:
         pass  # only what is not committed is ever cut, and only committed records are applied
 
     def cut_complete(self) -> None:
         self._flush()
+        self._apply_to(self._commit_target)
 
     def committed(self, high_watermark: int) -> None:
-        self._apply_to(high_watermark)
+        self._commit_target = max(self._commit_target, high_watermark)
+        self._apply_to(self._commit_target)
 
     def role_changed(self, soft: SoftState, term: int) -> None:
         leader = soft.leader[0] if isinstance(soft.leader, tuple) else None
