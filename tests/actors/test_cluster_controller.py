@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from actors.cluster.commands import AllocateProducerIdBlock, NodeInfo, decode
+from actors.cluster.commands import AllocateProducerIdBlock, NodeInfo
 from actors.cluster.state import FIRST_PRODUCER_ID
 from actors.cluster_controller import ClusterController
 from actors.controller import (
@@ -34,9 +34,8 @@ from actors.raft import Message
 from actors.runtime import actor_of
 from actors.services import BrokerSettings, TopicTable
 from tests.support.actor_loop import actor_loop
-from tests.support.cluster import whole_batches
+from tests.support.cluster import controller_commands, whole_batches
 from wire.errors import ErrorCode
-from wire.records import decode_batch
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -291,18 +290,8 @@ def test_a_replica_whose_uncommitted_tail_is_cut_applies_what_came_with_the_cut(
 def grant_offsets(node: Node, of_node: int) -> list[int]:
     """The offsets of the grants of a block to `of_node` in the node's controller log files
     (what they hold: the page cache's view, synced or not)."""
-    found = []
-    for segment in sorted(node.log_dir().glob("*.log")):
-        data = segment.read_bytes()
-        for position, header in whole_batches(data):
-            if header.is_control:
-                continue
-            _, records = decode_batch(data[position:position + header.size], check_crc=False)
-            for record in records:
-                command = decode(record.value or b"")
-                if isinstance(command, AllocateProducerIdBlock) and command.node == of_node:
-                    found.append(record.offset)
-    return found
+    return [offset for offset, c in controller_commands(node.root)
+            if isinstance(c, AllocateProducerIdBlock) and c.node == of_node]
 
 
 def test_a_block_whose_grant_a_power_loss_cut_from_the_log_is_not_handed_out_again(
