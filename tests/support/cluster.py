@@ -277,7 +277,7 @@ class Cluster:
 
     def link(self, a: int, b: int) -> LinkProxy:
         """The proxy that carries node a's node RPC to node b (`cut()`, `delay(ms)`,
-        `heal()`)."""
+        `reset()`: drop what it holds, `heal()`)."""
         assert self.proxies, "a cluster started without link_proxies has no links to cut"
         return self.proxies[(a, b)]
 
