@@ -18,10 +18,31 @@ commands.py), and every node applies the committed records in order to its `Clus
                                     (of `PlacedTopic`s) is published to this node's shards,
                                     which start and stop replicas to match
 
+Applying follows the high watermark Raft reports (`committed`), as far as the log holds it:
+the entries that come with a cut of the log (a follower's uncommitted tail replaced by the
+leader's) are written only once the cut is durable (actors/replica.py), after the commit that
+covers them was reported. So the controller applies again, up to the last high watermark
+reported, when a cut completes and after each append; else they would wait for the next
+controller write, which an idle cluster never makes.
+
 Each node registers itself (`RegisterNode`: its Kafka address, RPC address, shards) once a
 leader is known and again whenever what the state holds differs from its own; Metadata lists
-the registered nodes. Producer ids come in blocks a node is given through the log
-(`AllocateProducerIdBlock`), so any node hands ids out alone and never twice.
+the registered nodes.
+
+Producer ids come in blocks (`AllocateProducerIdBlock`), so any node hands ids out alone. A
+node asks the leader for a block; the leader proposes the grant and answers the asker with
+the block once the grant is committed and applied (as Kafka's controller answers KIP-730's
+AllocateProducerIds). A block's first id is the state's high-water mark where its grant
+applies (`ClusterState.next_producer_id`), which every node computes alike from the committed
+log, so no two grants overlap; and the mark survives what a minority can lose, for only
+committed grants move it, and a committed entry is on a quorum's disks and is never cut. A
+node hands out ids only from the blocks it was answered with in this run. Replaying the log
+hands out nothing, so no restart, power loss or cut of this node's own log can give a block
+twice, whatever that log kept. (It used to take back, on replay, every grant to itself past
+its log's end at start-up: a grant that a power loss had cut from its log came back as new.
+A per-run nonce in each grant would have worked too, at the cost of a format change; the
+answer was there already.) A block whose answer is lost (the asker restarted, the leader
+changed) is never used, as a restart skips what was left of its last block.
 
 Reads of the controller log (applying committed records, sending appends to followers) are
 plain reads on the loop: the log is small (topics and nodes, not data), written moments
@@ -57,7 +78,7 @@ from actors.cluster.proposals import (
     propose_create_topic,
     propose_delete_topic,
 )
-from actors.cluster.state import Applied, ClusterState, ClusterView
+from actors.cluster.state import Applied, ClusterState, ClusterView, ProducerIdBlock
 from actors.controller import (
     AllocateProducerId,
     AlterTopicConfigs,
@@ -103,10 +124,11 @@ class RegisterSelf(NamedTuple):
 
 
 class ProducerIdBlockFor(NamedTuple):
-    """Ask the leader to give `node` a block of producer ids; replies the error code."""
+    """Ask the leader to give `node` a block of producer ids; replies the block once the
+    grant is committed and applied, or the error code."""
 
     node: int
-    reply: Callable[[ErrorCode], None]
+    reply: Callable[[ProducerIdBlock | ErrorCode], None]
 
 
 class _Tick(NamedTuple):
@@ -156,7 +178,7 @@ class ClusterController(LoopActor):
         self._log: DiskLog | None = None
         self._replica: Replica | None = None
         self._applied = 0  # the end offset applied
-        self._fresh_from = 0  # records from here on were written in this run
+        self._commit_target = 0  # the high watermark Raft last reported; applied up to it
         self._flushing = False
         self._waiters: dict[int, Callable[[Applied], None]] = {}  # offset -> its answer
         self._waiting: collections.deque[Any] = collections.deque()  # before a leader is known
@@ -190,10 +212,6 @@ class ClusterController(LoopActor):
         self._log = DiskLog.open(directory)
         self._log.serve()
         log_ = self._log
-        # Producer-id blocks granted before this start may have been handed out, in part or
-        # whole: replaying them must not hand them out again (the ids are plenty; a restart
-        # skips what was left of its last block, as Kafka's broker does).
-        self._fresh_from = log_.next_offset
         address = (self.me.node, 0)
         peers = tuple((node, 0) for node in self.seeds)
         machine = RaftMachine(
@@ -283,15 +301,18 @@ class ClusterController(LoopActor):
     def appended(self, last_offset: int, headers: list[BatchHeader],
                  data: bytes | bytearray | memoryview) -> None:
         self._flush()
+        self._apply_to(self._commit_target)
 
     def log_rewritten(self) -> None:
         pass  # only what is not committed is ever cut, and only committed records are applied
 
     def cut_complete(self) -> None:
         self._flush()
+        self._apply_to(self._commit_target)
 
     def committed(self, high_watermark: int) -> None:
-        self._apply_to(high_watermark)
+        self._commit_target = max(self._commit_target, high_watermark)
+        self._apply_to(self._commit_target)
 
     def role_changed(self, soft: SoftState, term: int) -> None:
         leader = soft.leader[0] if isinstance(soft.leader, tuple) else None
@@ -338,11 +359,24 @@ class ClusterController(LoopActor):
             try:
                 ref.tell(_Flushed(ticket, term, error))
             except ActorDeadError:
-                if self._log is not None:
-                    self._log.close()
-                    self._log = None
+                self._close_after(ticket, error)
 
         self.host.run_blocking(ticket.run, done)
+
+    def _close_after(self, ticket: Any, error: BaseException | None) -> None:
+        """The actor stopped while a flush ran: end its ticket (the log closes no fd a
+        ticket still holds), then close the log."""
+        log_ = self._log
+        if log_ is None:
+            return
+        self._log = None
+        try:
+            if error is None:
+                log_.flush_complete(ticket)
+            else:
+                log_.flush_failed(ticket)  # cuts what was not synced, as a restart would
+        finally:
+            log_.close()
 
     def _flushed(self, m: _Flushed) -> None:
         self._flushing = False
@@ -397,10 +431,6 @@ class ClusterController(LoopActor):
                 self.state.skip(offset)
                 continue
             result = self.state.apply(command, offset)
-            if (result.block is not None and result.block.node == self.me.node
-                    and offset >= self._fresh_from):
-                self._producer_ids.append(
-                    (result.block.start, result.block.start + result.block.size))
             waiter = self._waiters.pop(offset, None)
             if waiter is not None:
                 waiter(result)
@@ -567,7 +597,11 @@ class ClusterController(LoopActor):
     def _block_for(self, m: ProducerIdBlockFor) -> None:
         if self._forward_or_wait(m):
             return
-        self._propose([AllocateProducerIdBlock(m.node)], [lambda a: m.reply(a.error)])
+
+        def applied(a: Applied) -> None:
+            m.reply(a.block if a.error == ErrorCode.NONE and a.block is not None else a.error)
+
+        self._propose([AllocateProducerIdBlock(m.node)], [applied])
 
     def _allocate_producer_id(self, m: AllocateProducerId) -> None:
         if len(self._producer_id_waiters) >= limits.controller_requests_waiting_max:
@@ -589,12 +623,16 @@ class ClusterController(LoopActor):
             return
         self._asking_block = True
 
-        def given(error: ErrorCode) -> None:
+        def given(answer: ProducerIdBlock | ErrorCode) -> None:
             self._asking_block = False
-            if error != ErrorCode.NONE:
-                for waiter in self._producer_id_waiters:
-                    waiter.reply(-1)
-                self._producer_id_waiters.clear()
+            if isinstance(answer, ProducerIdBlock) and answer.node == self.me.node:
+                self._producer_ids.append((answer.start, answer.start + answer.size))
+                self._grant_producer_ids()
+                return
+            log.debug("node %d: no producer-id block: %r", self.me.node, answer)
+            for waiter in self._producer_id_waiters:
+                waiter.reply(-1)
+            self._producer_id_waiters.clear()
 
         self._block_for(ProducerIdBlockFor(self.me.node, given))
 

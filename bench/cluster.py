@@ -654,9 +654,7 @@ def run_cluster_failover(args: argparse.Namespace) -> dict[str, Any]:
             res["trials"] = trials_out = []
             topic = ""
             for k in range(trials * len(FAILOVER_KINDS)):
-                # A fresh topic per trial (see the README: a restarted node hands out
-                # producer ids it gave before, and a new producer with an old id is fenced
-                # by the sequence numbers its namesake left on the old topic).
+                # A fresh topic per trial: each starts from an empty topic (see the README).
                 if topic:
                     delete_topic(cluster.bootstrap, topic)
                 topic = f"bench-failover-{k}"

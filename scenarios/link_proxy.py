@@ -21,10 +21,14 @@ Modes, set from any thread while connections stay up:
 
 One-way loss between A and B is cutting the A -> B proxy while the B -> A proxy passes.
 
+`reset()`, in any mode, aborts every connection at once, both ends, and drops what they held
+(in the delay line or behind a cut): what a crash of the sending host does to bytes it sent
+that have not arrived. The mode stays; ZeroMQ reconnects as after any lost connection.
+
 Example, B's shards listening on 33145 and 33146:
 
     proxy = LinkProxy(33145, shards=2, name="1->2").start()   # proxy.ports == [P, P + 1]
-    proxy.delay(200); proxy.cut(); proxy.heal(); proxy.close()
+    proxy.delay(200); proxy.cut(); proxy.reset(); proxy.heal(); proxy.close()
 
 Bounds. A stalled direction stops reading: each direction of a connection holds at most
 `buffer_bytes` in its delay line and `buffer_bytes` in the socket's write buffer, plus one
@@ -200,6 +204,10 @@ class LinkProxy:
     def heal(self) -> None:
         self._thread.call(lambda: self._set(False, 0.0))
 
+    def reset(self) -> None:
+        """Abort every connection now, dropping what it held; keep listening."""
+        self._thread.call(self._abort_connections)
+
     def stats(self) -> ProxyStats:
         def read() -> ProxyStats:
             s = self._stats
@@ -231,9 +239,12 @@ class LinkProxy:
     async def _close(self) -> None:
         for server in self._servers:
             server.close()
+        self._abort_connections()
+        self._servers.clear()
+
+    def _abort_connections(self) -> None:
         for connection in list(self._connections):
             connection.abort()
-        self._servers.clear()
 
     def _set(self, cut: bool, delay_s: float) -> None:
         self.is_cut, self.delay_s = cut, delay_s

@@ -2,8 +2,10 @@
 
     ControllerCall(op, header)  -->  shard 0's Controller
       op: which message (create topics, delete topics, create partitions, alter configs,
-      producer id); header: that message's fields, its reply left out
-                <-- ControllerAnswer(topic results, or a producer id)
+      producer id, a node's registration, a node's producer-id block); header: that
+      message's fields, its reply left out
+                <-- ControllerAnswer(topic results, a producer id, an error code, or a
+                    producer-id block [node, start, size])
 
 The Controller broadcasts each new topic table before it answers (calls/topics.py), so the
 shard that asked has the table by the time the answer arrives (pipes are FIFO).
@@ -15,6 +17,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from actors.cluster.commands import NodeInfo
+from actors.cluster.state import ProducerIdBlock
 from actors.cluster_controller import ProducerIdBlockFor, RegisterSelf
 from actors.controller import (
     AllocateProducerId,
@@ -123,7 +126,8 @@ class ProducerIdBlockCall(NamedTuple):
     def from_wire(cls, body: list[Any]) -> ProducerIdBlockCall:
         return cls(int(body[0]))
 
-    def message(self, reply: Callable[[ErrorCode], None]) -> ProducerIdBlockFor:
+    def message(self, reply: Callable[[ProducerIdBlock | ErrorCode], None]
+                ) -> ProducerIdBlockFor:
         return ProducerIdBlockFor(self.node, reply)
 
 
@@ -150,7 +154,7 @@ _HEADER_OF: dict[type, Any] = {
     RegisterSelf: RegisterNodeCall,
     ProducerIdBlockFor: ProducerIdBlockCall,
 }
-# The calls answered with an error code alone.
+# The calls answered with an error code alone, or (a block's) with a list when it succeeds.
 _ANSWERED_WITH_ERROR = (RegisterSelf, ProducerIdBlockFor)
 
 
@@ -160,7 +164,9 @@ class ControllerCall(NamedTuple):
 
 
 class ControllerAnswer(NamedTuple):
-    value: Any  # [[name, error, message, info], ...] for topic results; or a producer id
+    # [[name, error, message, info], ...] for topic results; a producer id; an error code;
+    # or a producer-id block, [node, start, size]
+    value: Any
 
 
 def _result_to_wire(r: TopicResult) -> list[Any]:
@@ -191,7 +197,9 @@ def send(router: Router, to: Address, message: Any) -> None:
                        for name in topic_names_of(message)])
             return
         value = ControllerAnswer._make(body).value
-        if isinstance(message, _ANSWERED_WITH_ERROR):
+        if isinstance(message, ProducerIdBlockFor) and isinstance(value, list):
+            reply(ProducerIdBlock(*(int(v) for v in value)))
+        elif isinstance(message, _ANSWERED_WITH_ERROR):
             reply(ErrorCode(value))
         elif isinstance(message, AllocateProducerId):
             reply(value)
@@ -206,8 +214,14 @@ def serve(request: Request, body: Any, _frames: list[Any]) -> None:
     call = ControllerCall._make(body)
     header = _HEADERS[call.op].from_wire(call.header)
 
-    def reply(value: list[TopicResult] | int) -> None:
-        wire = int(value) if isinstance(value, int) else [_result_to_wire(r) for r in value]
+    def reply(value: list[TopicResult] | ProducerIdBlock | int) -> None:
+        wire: Any
+        if isinstance(value, ProducerIdBlock):
+            wire = list(value)
+        elif isinstance(value, int):
+            wire = int(value)
+        else:
+            wire = [_result_to_wire(r) for r in value]
         request.answer(ControllerAnswer(wire))
 
     request.router.shard.controller().tell(header.message(reply))

@@ -1,6 +1,7 @@
 """A 3-node cluster under faults: Metadata from every node, SIGSTOP and SIGTERM of a leader, a
 follower's power loss (its log's tail cut and torn), kill -9 of a group's coordinator once
-every Raft group has gone quiet, a whole-cluster restart.
+every Raft group has gone quiet, a whole-cluster restart; and the controller group's own: its
+leader cut off by link proxies, a follower's controller log cut by a power loss.
 
 Each test starts its own cluster (tests/support/cluster.py): every node a seed, one shard
 each, every partition replicated 3 times. Loads are confluent-kafka idempotent acks=all
@@ -25,23 +26,31 @@ from confluent_kafka import (
     Producer,
     TopicPartition,
 )
-from confluent_kafka.admin import ConfigResource
+from confluent_kafka.admin import ConfigResource, NewTopic
 
+from actors.cluster.commands import AllocateProducerIdBlock
+from actors.limits import producer_id_block_size
 from tests.support.cluster import (
     Cluster,
+    ClusterNode,
     ConfluentLoad,
     assert_acknowledged_once,
     cluster_fixture,
+    controller_commands,
     first_offset_after_epoch,
     read_partitions,
     wait_until,
     whole_batches,
 )
 from tests.support.raw_client import RawClient, request
+from wire.messages.create_topics import CreateTopicsRequest
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
 ELECTION_TIMEOUT_MS = 1000
+# A slow link's one-way delay: a node's answers reach the leader this late (under ZeroMQ's
+# heartbeat timeout, 3 s, for a round trip).
+ACK_DELAY_MS = 1000
 PARTITIONS = 3
 
 
@@ -427,3 +436,119 @@ def test_whole_cluster_restart_keeps_topics_and_records(cluster: Cluster) -> Non
         last = max(o for p, o in kept_a if p == partition)
         assert offset > last, (partition, offset, last)
     cluster.wait_replicas_converged("kept-a", PARTITIONS)
+
+
+# 8. The controller group: a leader cut off, a follower's power loss ---------------------------
+
+
+@pytest.fixture
+def linked_cluster(tmp_path: Path) -> Iterator[Cluster]:
+    yield from cluster_fixture(
+        tmp_path / "cluster", "--raft-election-timeout-ms", str(ELECTION_TIMEOUT_MS),
+        link_proxies=True,
+    )  # fmt: skip
+
+
+def _controller(cluster: Cluster, node_ids: list[int], not_on: int | None = None) -> int:
+    """The controller leader every one of `node_ids` names in Metadata, other than
+    `not_on`."""
+
+    def agreed() -> int | None:
+        named = {cluster[i].metadata([]).controller_id for i in node_ids}
+        leader = named.pop() if len(named) == 1 else -1
+        return leader if leader in cluster.nodes and leader != not_on else None
+
+    return wait_until(agreed, 30, f"nodes {node_ids} naming one controller but {not_on}")
+
+
+def _names(node: ClusterNode, topic: str) -> bool:
+    (found,) = node.metadata([topic]).topics
+    return found.error_code == 0
+
+
+def test_a_controller_leader_cut_off_applies_what_it_missed_once_healed(
+    linked_cluster: Cluster,
+) -> None:
+    # Cut off with a proposal of its own, the old leader comes back to a log whose tail is cut
+    # and replaced, the commit covering the new entries in the same append: once the cut is
+    # durable they must be applied, not at the next controller write (none comes here).
+    cluster = linked_cluster
+    old = _controller(cluster, list(cluster.nodes))
+    others = [i for i in cluster.nodes if i != old]
+    cluster.isolate(old)
+    with RawClient(cluster[old].bootstrap) as client:
+        topic = CreateTopicsRequest.CreatableTopic(name="ghost", num_partitions=1,
+                                                   replication_factor=3)  # fmt: skip
+        client.send(19, 5, request(19, topics=[topic], timeout_ms=30_000))
+        wait_until(lambda: any(getattr(c, "name", "") == "ghost"
+                               for _, c in controller_commands(cluster[old].data_dir)),
+                   10, "the old leader's proposal in its log")  # fmt: skip
+    new = _controller(cluster, others, not_on=old)
+    admin = cluster.admin(*others)  # alive until the answer is in
+    admin.create_topics([NewTopic("kept", 1, 3)])["kept"].result(timeout=30)
+    wait_until(lambda: all(_names(cluster[i], "kept") for i in others), 10, "kept, on the two")
+    assert not _names(cluster[old], "kept")
+
+    cluster.heal_links()
+    wait_until(lambda: cluster[old].metadata([]).controller_id == new, 30,
+               f"node {old} hearing of the new controller, node {new}")  # fmt: skip
+    heard = time.monotonic()
+    wait_until(lambda: _names(cluster[old], "kept"), 1.0,
+               f"node {old}'s Metadata naming the topic created while it was cut off",
+               every_s=0.02)  # fmt: skip
+    print(f"node {old} named kept {time.monotonic() - heard:.3f}s after it heard of node {new}")
+    assert not _names(cluster[old], "ghost")
+
+
+def test_a_producer_id_block_a_power_loss_cut_from_a_log_is_not_handed_out_again(
+    linked_cluster: Cluster,
+) -> None:
+    # A follower hands out a producer id from a block whose grant it has applied but whose
+    # acknowledgement has not reached the leader (its link to the leader is slow, then cut,
+    # and what it held dropped), so the leader did not count it; then it loses power and the
+    # grant with it. Restarted, it gets the grant again from the leader: the ids it hands
+    # out from then on must be new ones.
+    cluster = linked_cluster
+    leader = _controller(cluster, list(cluster.nodes))
+    node = next(i for i in cluster.nodes if i != leader)
+    link = cluster.link(node, leader)
+    link.delay(ACK_DELAY_MS)
+    first = wait_until(lambda: _producer_id(cluster[node]), 30, f"a producer id from {node}")
+    link.cut()  # within ACK_DELAY_MS of the grant: its acknowledgement still on the way
+    cluster[node].kill9()
+    link.reset()
+
+    def grants() -> list[int]:
+        return [offset for offset, c in controller_commands(cluster[node].data_dir)
+                if isinstance(c, AllocateProducerIdBlock) and c.node == node]  # fmt: skip
+
+    (grant,) = grants()
+    _lose_controller_log_from(cluster[node].data_dir, grant)
+    link.heal()
+    cluster.restart(node)
+    again = [wait_until(lambda: _producer_id(cluster[node]), 30, f"a producer id from {node}")]
+    wait_until(lambda: grant in grants(), 10, "the lost grant back in the node's log")
+    again.append(wait_until(lambda: _producer_id(cluster[node]), 30, "another producer id"))
+    reused = [i for i in again if first <= i < first + producer_id_block_size]
+    assert not reused, (
+        f"node {node} handed out {reused} again from its block at {first} after it lost the "
+        f"block's grant (offset {grant}) to a power loss")  # fmt: skip
+
+
+def _producer_id(node: ClusterNode) -> int | None:
+    """A producer id from the node (InitProducerId without a transactional id); None when it
+    has none to give now."""
+    with RawClient(node.bootstrap) as client:
+        answer = client.call(22, 1, request(22, transactional_id=None,
+                                            transaction_timeout_ms=60_000))  # fmt: skip
+    return int(answer.producer_id) if answer.error_code == 0 else None
+
+
+def _lose_controller_log_from(data_dir: Path, offset: int) -> None:
+    """Power loss on a stopped node: its controller log loses the batch holding `offset` and
+    every one after it."""
+    for segment in sorted((data_dir / "_krill" / "controller").glob("*.log")):
+        data = segment.read_bytes()
+        kept = [start + h.size for start, h in whole_batches(data) if h.last_offset < offset]
+        with open(segment, "r+b") as f:
+            f.truncate(max(kept, default=0))

@@ -1,5 +1,6 @@
 """The link-fault proxy with plain sockets: pass, cut (nothing passes, nothing buffered past the
-bound, new connections stall), delay (late by at least the delay, in order), heal, ends."""
+bound, new connections stall), delay (late by at least the delay, in order), reset (what was
+held is dropped), heal, ends."""
 
 from __future__ import annotations
 
@@ -194,6 +195,26 @@ def test_a_cut_holds_chunks_already_in_the_delay_line_until_heal(proxy: LinkProx
     assert nothing_arrives(b, 0.5)
     proxy.heal()
     assert read_exactly(b, 9) == b"in flight"
+
+
+def test_reset_drops_what_a_cut_held_and_new_connections_pass(proxy: LinkProxy,
+                                                               target: Target) -> None:
+    a, b = linked(proxy, target)
+    proxy.delay(300)
+    a.sendall(b"in flight")
+    time.sleep(0.05)
+    proxy.cut()
+    proxy.reset()
+    for s in (a, b):  # both ends closed, nothing of what was held delivered
+        try:
+            assert s.recv(1) == b""
+        except ConnectionResetError:
+            pass
+    assert proxy.stats().open_connections == 0 and proxy.mode == "cut"
+    proxy.heal()
+    a2, b2 = linked(proxy, target)
+    a2.sendall(b"after")
+    assert read_exactly(b2, 5) == b"after"
 
 
 def test_ends_go_through_both_ways(proxy: LinkProxy, target: Target) -> None:

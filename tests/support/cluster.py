@@ -7,6 +7,14 @@ would), each writing its stdout and stderr to `n<I>.log` beside its data directo
 resumes and kills every node; the `cluster` fixtures call it in teardown and print each node's
 log tail there (pytest shows teardown output only for a test that failed).
 
+With `link_proxies=True` every byte of node RPC between two nodes crosses a proxy of its own
+per direction (scenarios/link_proxy.py): node i's seeds name, for node j, the port of the
+i -> j proxy. A test cuts links with `isolate(i)` (every link to and from node i, as a
+network partition would) or `link(a, b).cut()` (a's node RPC to b only: one-way loss), and
+restores them with `heal_links()`; a cut is in force once the call returns, and ZeroMQ finds
+out by itself (its heartbeats time out), as on a real partition. Kafka clients and the admin
+endpoint reach every node directly, cut or not.
+
 Besides the processes it answers what a failover test asks: Metadata from one node exactly
 (`metadata(i)`, on the raw client, so no client library picks the broker), a partition's
 leader, the coordinator of a group, each node's replicas (`/v1/partitions`), and each node's
@@ -30,11 +38,14 @@ from typing import Any, TypeVar
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from actors.cluster.commands import decode as decode_command
 from scenarios.cluster import free_ports
+from scenarios.link_proxy import LinkProxy, ProxyThread
 from tests.support.broker import http_get
 from tests.support.raw_client import RawClient, request
 from wire.messages.metadata import MetadataRequest, MetadataResponse
 from wire.record_batch import HEADER_BYTES, BatchHeader, read_header
+from wire.records import decode_batch
 
 __all__ = [
     "Cluster",
@@ -43,6 +54,7 @@ __all__ = [
     "Load",
     "assert_acknowledged_once",
     "cluster_fixture",
+    "controller_commands",
     "first_offset_after_epoch",
     "read_partitions",
     "stored_batches",
@@ -104,10 +116,6 @@ class ClusterNode:
     @property
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.kafka_port}"
-
-    @property
-    def seed(self) -> str:
-        return f"{self.node_id}@127.0.0.1:{self.rpc_port}"
 
     # Processes -------------------------------------------------------------------------------
 
@@ -224,13 +232,19 @@ class ClusterNode:
 
 
 class Cluster:
-    """N nodes, all seeds, every partition replicated `replicas` times by default."""
+    """N nodes, all seeds, every partition replicated `replicas` times by default; with
+    `link_proxies`, a link proxy per ordered node pair (see the module's notes)."""
 
-    def __init__(self, root: Path, size: int = 3, smp: int = 1, *extra_args: str) -> None:
+    def __init__(self, root: Path, size: int = 3, smp: int = 1, *extra_args: str,
+                 link_proxies: bool = False) -> None:
         root.mkdir(parents=True, exist_ok=True)
         self.nodes = {i: ClusterNode(root, i, smp) for i in range(1, size + 1)}
-        seeds = ",".join(n.seed for n in self.nodes.values())
+        self.proxies: dict[tuple[int, int], LinkProxy] = {}
+        self._proxy_thread: ProxyThread | None = None
+        if link_proxies:
+            self._start_proxies(smp)
         for node in self.nodes.values():
+            seeds = ",".join(self._seed(node.node_id, j) for j in self.nodes)
             node.args = [
                 "--node-id", str(node.node_id), "--seeds", seeds,
                 "--rpc-port", str(node.rpc_port), "--listen", node.bootstrap,
@@ -242,6 +256,50 @@ class Cluster:
 
     def __getitem__(self, node_id: int) -> ClusterNode:
         return self.nodes[node_id]
+
+    # Links -------------------------------------------------------------------------------------
+
+    def _start_proxies(self, smp: int) -> None:
+        self._proxy_thread = ProxyThread("cluster-links")
+        try:
+            for a in self.nodes:
+                for b, target in self.nodes.items():
+                    if a != b:
+                        self.proxies[(a, b)] = LinkProxy(
+                            target.rpc_port, smp, name=f"{a}->{b}", thread=self._proxy_thread
+                        ).start()  # fmt: skip
+        except BaseException:
+            self._close_proxies()
+            raise
+
+    def _seed(self, a: int, b: int) -> str:
+        """Node b as node a's seeds name it: b's own RPC port, or the a -> b proxy's."""
+        proxy = self.proxies.get((a, b))
+        return f"{b}@127.0.0.1:{self.nodes[b].rpc_port if proxy is None else proxy.port}"
+
+    def link(self, a: int, b: int) -> LinkProxy:
+        """The proxy that carries node a's node RPC to node b (`cut()`, `delay(ms)`,
+        `reset()`: drop what it holds, `heal()`)."""
+        assert self.proxies, "a cluster started without link_proxies has no links to cut"
+        return self.proxies[(a, b)]
+
+    def isolate(self, node_id: int) -> None:
+        """Cut every link to and from the node: a network partition of one."""
+        assert self.proxies, "a cluster started without link_proxies has no links to cut"
+        for (a, b), proxy in self.proxies.items():
+            if node_id in (a, b):
+                proxy.cut()
+
+    def heal_links(self) -> None:
+        for proxy in self.proxies.values():
+            proxy.heal()
+
+    def _close_proxies(self) -> None:
+        for proxy in self.proxies.values():
+            proxy.close()
+        if self._proxy_thread is not None:
+            self._proxy_thread.close()
+            self._proxy_thread = None
 
     def running(self) -> list[ClusterNode]:
         """The nodes started and not paused."""
@@ -296,9 +354,12 @@ class Cluster:
         return {node.node_id: node.stop(timeout_s, signalled=True) for node in stopping}
 
     def close(self) -> None:
-        """Kill every node, paused ones too; teardown."""
-        for node in self.nodes.values():
-            node.kill9()
+        """Kill every node, paused ones too, then close the link proxies; teardown."""
+        try:
+            for node in self.nodes.values():
+                node.kill9()
+        finally:
+            self._close_proxies()
 
     def print_log_tails(self) -> None:
         for node in self.nodes.values():
@@ -450,6 +511,21 @@ def whole_batches(data: bytes) -> list[tuple[int, BatchHeader]]:
         batches.append((position, header))
         position += header.size
     return batches
+
+
+def controller_commands(data_dir: Path) -> list[tuple[int, Any]]:
+    """The commands in a node's controller log files, committed or not, with their offsets
+    (actors/cluster/commands.py): (offset, command), in log order. Reads a running node's
+    files too, up to the first incomplete batch."""
+    found: list[tuple[int, Any]] = []
+    for path in sorted((data_dir / "_krill" / "controller").glob("*.log")):
+        data = path.read_bytes()
+        for start, header in whole_batches(data):
+            if header.is_control:
+                continue
+            _, records = decode_batch(data[start : start + header.size], check_crc=False)
+            found += [(r.offset, decode_command(r.value or b"")) for r in records]
+    return found
 
 
 def first_offset_after_epoch(data_dir: Path, topic: str, partition: int, epoch: int) -> int | None:
@@ -705,10 +781,11 @@ class ConfluentLoad(Load):
         self.undelivered = producer.flush(_LOAD_FLUSH_TIMEOUT_S)
 
 
-def cluster_fixture(root: Path, *extra_args: str) -> Iterator[Cluster]:
-    """Body of a fixture: a started 3-node cluster, killed in teardown with its log tails
-    printed."""
-    cluster = Cluster(root, 3, 1, *extra_args)
+def cluster_fixture(root: Path, *extra_args: str, link_proxies: bool = False
+                    ) -> Iterator[Cluster]:
+    """Body of a fixture: a started 3-node cluster (with a link proxy per ordered node pair
+    if asked), killed in teardown with its log tails printed."""
+    cluster = Cluster(root, 3, 1, *extra_args, link_proxies=link_proxies)
     try:
         cluster.start()
         yield cluster
