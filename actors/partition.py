@@ -97,6 +97,7 @@ from actors.partition_messages import (
     RaftUnreachable,
     Read,
     ReadResult,
+    RecordError,
     TransferLeadership,
     UpdateSettings,
     WriteTxnMarker,
@@ -104,6 +105,7 @@ from actors.partition_messages import (
 )
 from actors.partition_replication import Address, Replication
 from actors.producer_state import ProducerStateTable
+from actors.record_checks import keyless_records
 from actors.runtime import LoopActor
 from actors.services import Services, now_ms
 from actors.topic_config import TopicSettings
@@ -114,7 +116,7 @@ from storage.log import AppendFailed
 from storage.page_cache import warm
 from wire.errors import DecodeError, ErrorCode
 from wire.record_batch import BatchHeader, iter_batches, set_log_append_time
-from wire.records import decode_batch, iter_records
+from wire.records import decode_batch
 
 # The messages are re-exported: the actor and its messages are imported from here.
 __all__ = [
@@ -127,6 +129,7 @@ __all__ = [
     "ProduceResult",
     "Read",
     "ReadResult",
+    "RecordError",
     "FetchBudget",
     "ListOffset",
     "ListOffsetResult",
@@ -400,10 +403,11 @@ class Partition(LoopActor):
                 message = f"batch of {header.size} bytes is over max.message.bytes={limit}"
                 self._answer(m, ProduceResult(ErrorCode.MESSAGE_TOO_LARGE, message=message))
                 return
-        if self.settings.compact and not self._keyed(m):
-            message = "a compacted topic takes only records with a key"
-            self._answer(m, ProduceResult(ErrorCode.INVALID_RECORD, message=message))
-            return
+        if self.settings.compact:
+            keyless = keyless_records(m.records, m.headers, f"{self.topic}-{self.index}")
+            if keyless is not None:
+                self._answer(m, keyless)
+                return
         duplicate = self._check_sequences(m)
         if duplicate is not None:
             return
@@ -453,16 +457,6 @@ class Partition(LoopActor):
             metrics.write_errors += 1
         message = f"write failed: {failure.error.strerror or failure.error}"
         self._answer(m, ProduceResult(ErrorCode.KAFKA_STORAGE_ERROR, message=message))
-
-    def _keyed(self, m: Produce) -> bool:
-        """Whether every record has a key (Kafka checks this for compacted topics, the one
-        case where the broker decodes records on the produce path)."""
-        first, last = m.headers[0], m.headers[-1]
-        data = m.records[first.position:last.position + last.size]
-        try:
-            return all(record.key is not None for record in iter_records(data, check_crc=False))
-        except DecodeError:
-            return False
 
     def _check_sequences(self, m: Produce) -> bool | None:
         """Answer and return True if the request is a duplicate or out of order; else None."""
