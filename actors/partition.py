@@ -759,7 +759,7 @@ class Partition(LoopActor):
             latest = self._last_stable_offset() if m.committed else self.high_watermark
             m.reply(ListOffsetResult(ErrorCode.NONE, -1, latest, epoch))
         elif m.timestamp == MAX_TIMESTAMP:
-            found = log_.max_timestamp()
+            found = log_.max_timestamp(nowait)
             if found is None or found[0] >= self.high_watermark:
                 m.reply(ListOffsetResult(ErrorCode.NONE, -1, -1, -1))
             else:
