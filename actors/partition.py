@@ -57,9 +57,10 @@ Transactions (actors/txn_state.py holds the theory): transactional batches open 
 producer's transaction here, and the coordinator's `WriteTxnMarker` appends a COMMIT or ABORT
 control batch through the same append path as a produce (so Raft replicates it, and followers
 read it back from what they append), answered once it is committed. The marker of a producer
-with no transaction open here is written all the same (as Kafka does; it lists nothing). A
-`Read` with `committed` (read_committed) stops at the last stable offset and lists the aborted
-transactions that overlap what it could read.
+with no transaction open here is written all the same (as Kafka does; it lists nothing); one
+from a coordinator older than the producer's last marker's is refused (Kafka's coordinator
+epoch fencing, actors/producer_state.py). A `Read` with `committed` (read_committed) stops at
+the last stable offset and lists the aborted transactions that overlap what it could read.
 """
 
 from __future__ import annotations
@@ -109,7 +110,7 @@ from actors.record_checks import keyless_records
 from actors.runtime import LoopActor
 from actors.services import Services, now_ms
 from actors.topic_config import TopicSettings
-from actors.txn_state import ABORT, AbortedTxn, TxnState, marker_batch, marker_type
+from actors.txn_state import ABORT, AbortedTxn, TxnState, marker_batch, read_marker
 from actors.watermarks import Published
 from storage import DiskLog, LogConfig, NotCached, OffsetOutOfRange
 from storage.log import AppendFailed
@@ -353,11 +354,12 @@ class Partition(LoopActor):
         if producer_id < 0:
             return
         if header.is_control:
-            kind = marker_type(batch(header))
-            if kind is not None:
-                self._producers.marker(producer_id, header.producer_epoch)
+            marker = read_marker(batch(header))
+            if marker is not None:
+                self._producers.marker(producer_id, header.producer_epoch,
+                                       marker.coordinator_epoch)
                 self._txns.marker(producer_id, base_offset + header.last_offset_delta,
-                                  kind == ABORT)
+                                  marker.kind == ABORT)
             return
         if header.base_sequence < 0:  # the group coordinator's transactional offsets
             self._producers.no_sequence(producer_id, header.producer_epoch)
@@ -516,10 +518,15 @@ class Partition(LoopActor):
 
     def _write_txn_marker(self, m: WriteTxnMarker) -> None:
         """Append the COMMIT or ABORT marker through the produce path (acks=all: answered
-        once committed). An epoch older than the producer's here is fenced."""
-        epoch = self._producers.epoch_of(m.producer_id)
-        if epoch is not None and m.producer_epoch < epoch:
-            m.reply(ErrorCode.INVALID_PRODUCER_EPOCH)
+        once committed). A producer epoch older than the producer's here, or a coordinator
+        epoch older than its last marker's, is fenced (actors/producer_state.py)."""
+        fenced = self._producers.check_marker(m.producer_id, m.producer_epoch,
+                                              m.coordinator_epoch)
+        if fenced is not None:
+            log.warning("%s: marker for producer %d (epoch %d, coordinator epoch %d): %s",
+                        self, m.producer_id, m.producer_epoch, m.coordinator_epoch,
+                        fenced.name)
+            m.reply(fenced)
             return
         batch = marker_batch(m.producer_id, m.producer_epoch, m.commit, m.coordinator_epoch,
                              now_ms())
@@ -862,6 +869,7 @@ class Partition(LoopActor):
                 "last_stable_offset": self._last_stable_offset(),
                 "open_transactions": self._txns.open_count,
                 "aborted_transactions": len(self._txns.aborted()),
+                "leader_epoch": self.leader_epoch,
             }
         )
 
