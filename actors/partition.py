@@ -408,6 +408,7 @@ class Partition(LoopActor):
         if self.settings.compact:
             keyless = keyless_records(m.records, m.headers, f"{self.topic}-{self.index}")
             if keyless is not None:
+                log.info("%s: produce refused: %s", self, keyless.message)
                 self._answer(m, keyless)
                 return
         duplicate = self._check_sequences(m)
