@@ -38,6 +38,10 @@ producer_ids_per_partition_max = 1000
 # transactional batch that would open one more is refused CONCURRENT_TRANSACTIONS
 # (retriable); the coordinator's transaction timeout aborts the ones left open.
 transactions_open_per_partition_max = 1000
+# Record errors one produce answer lists (KIP-467: each a keyless record of a compacted topic,
+# ~100 bytes with its message, so ~1 MB at most). A batch with more fails the rest of them as
+# librdkafka fails the batch's other records: "an invalid record in the same batch".
+record_errors_max = 10_000
 # Aborted transactions one partition lists for read_committed fetches (each: three ints,
 # ~100 bytes, so 10 MB at most); past it the oldest is forgotten (actors/txn_state.py).
 aborted_transactions_per_partition_max = 100_000

@@ -62,9 +62,10 @@ Transactions (actors/txn_state.py holds the theory): transactional batches open 
 producer's transaction here, and the coordinator's `WriteTxnMarker` appends a COMMIT or ABORT
 control batch through the same append path as a produce (so Raft replicates it, and followers
 read it back from what they append), answered once it is committed. The marker of a producer
-with no transaction open here is written all the same (as Kafka does; it lists nothing). A
-`Read` with `committed` (read_committed) stops at the last stable offset and lists the aborted
-transactions that overlap what it could read.
+with no transaction open here is written all the same (as Kafka does; it lists nothing); one
+from a coordinator older than the producer's last marker's is refused (Kafka's coordinator
+epoch fencing, actors/producer_state.py). A `Read` with `committed` (read_committed) stops at
+the last stable offset and lists the aborted transactions that overlap what it could read.
 """
 
 from __future__ import annotations
@@ -102,6 +103,7 @@ from actors.partition_messages import (
     RaftUnreachable,
     Read,
     ReadResult,
+    RecordError,
     TransferLeadership,
     UpdateSettings,
     WriteTxnMarker,
@@ -109,10 +111,11 @@ from actors.partition_messages import (
 )
 from actors.partition_replication import Address, GroupKey, LoneLeader, Replication
 from actors.producer_state import ProducerStateTable
+from actors.record_checks import keyless_records
 from actors.runtime import LoopActor
 from actors.services import Services, now_ms
 from actors.topic_config import TopicSettings
-from actors.txn_state import ABORT, AbortedTxn, TxnState, marker_batch, marker_type
+from actors.txn_state import ABORT, AbortedTxn, TxnState, marker_batch, read_marker
 from actors.watermarks import Published
 from storage import DiskLog, LogConfig, NotCached, OffsetOutOfRange
 from storage.log import AppendFailed
@@ -120,7 +123,7 @@ from storage.page_cache import warm
 from storage.partition_dir import Claim, claim
 from wire.errors import DecodeError, ErrorCode
 from wire.record_batch import BatchHeader, iter_batches, set_log_append_time
-from wire.records import decode_batch, iter_records
+from wire.records import decode_batch
 
 # The messages are re-exported: the actor and its messages are imported from here.
 __all__ = [
@@ -133,6 +136,7 @@ __all__ = [
     "ProduceResult",
     "Read",
     "ReadResult",
+    "RecordError",
     "FetchBudget",
     "ListOffset",
     "ListOffsetResult",
@@ -375,11 +379,12 @@ class Partition(LoopActor):
         if producer_id < 0:
             return
         if header.is_control:
-            kind = marker_type(batch(header))
-            if kind is not None:
-                self._producers.marker(producer_id, header.producer_epoch)
+            marker = read_marker(batch(header))
+            if marker is not None:
+                self._producers.marker(producer_id, header.producer_epoch,
+                                       marker.coordinator_epoch)
                 self._txns.marker(producer_id, base_offset + header.last_offset_delta,
-                                  kind == ABORT)
+                                  marker.kind == ABORT)
             return
         if header.base_sequence < 0:  # the group coordinator's transactional offsets
             self._producers.no_sequence(producer_id, header.producer_epoch)
@@ -425,10 +430,12 @@ class Partition(LoopActor):
                 message = f"batch of {header.size} bytes is over max.message.bytes={limit}"
                 self._answer(m, ProduceResult(ErrorCode.MESSAGE_TOO_LARGE, message=message))
                 return
-        if self.settings.compact and not self._keyed(m):
-            message = "a compacted topic takes only records with a key"
-            self._answer(m, ProduceResult(ErrorCode.INVALID_RECORD, message=message))
-            return
+        if self.settings.compact:
+            keyless = keyless_records(m.records, m.headers, f"{self.topic}-{self.index}")
+            if keyless is not None:
+                log.info("%s: produce refused: %s", self, keyless.message)
+                self._answer(m, keyless)
+                return
         duplicate = self._check_sequences(m)
         if duplicate is not None:
             return
@@ -478,16 +485,6 @@ class Partition(LoopActor):
             metrics.write_errors += 1
         message = f"write failed: {failure.error.strerror or failure.error}"
         self._answer(m, ProduceResult(ErrorCode.KAFKA_STORAGE_ERROR, message=message))
-
-    def _keyed(self, m: Produce) -> bool:
-        """Whether every record has a key (Kafka checks this for compacted topics, the one
-        case where the broker decodes records on the produce path)."""
-        first, last = m.headers[0], m.headers[-1]
-        data = m.records[first.position:last.position + last.size]
-        try:
-            return all(record.key is not None for record in iter_records(data, check_crc=False))
-        except DecodeError:
-            return False
 
     def _check_sequences(self, m: Produce) -> bool | None:
         """Answer and return True if the request is a duplicate or out of order; else None."""
@@ -547,10 +544,15 @@ class Partition(LoopActor):
 
     def _write_txn_marker(self, m: WriteTxnMarker) -> None:
         """Append the COMMIT or ABORT marker through the produce path (acks=all: answered
-        once committed). An epoch older than the producer's here is fenced."""
-        epoch = self._producers.epoch_of(m.producer_id)
-        if epoch is not None and m.producer_epoch < epoch:
-            m.reply(ErrorCode.INVALID_PRODUCER_EPOCH)
+        once committed). A producer epoch older than the producer's here, or a coordinator
+        epoch older than its last marker's, is fenced (actors/producer_state.py)."""
+        fenced = self._producers.check_marker(m.producer_id, m.producer_epoch,
+                                              m.coordinator_epoch)
+        if fenced is not None:
+            log.warning("%s: marker for producer %d (epoch %d, coordinator epoch %d): %s",
+                        self, m.producer_id, m.producer_epoch, m.coordinator_epoch,
+                        fenced.name)
+            m.reply(fenced)
             return
         batch = marker_batch(m.producer_id, m.producer_epoch, m.commit, m.coordinator_epoch,
                              now_ms())
@@ -794,7 +796,7 @@ class Partition(LoopActor):
             latest = self._last_stable_offset() if m.committed else self.high_watermark
             m.reply(ListOffsetResult(ErrorCode.NONE, -1, latest, epoch))
         elif m.timestamp == MAX_TIMESTAMP:
-            found = log_.max_timestamp()
+            found = log_.max_timestamp(nowait)
             if found is None or found[0] >= self.high_watermark:
                 m.reply(ListOffsetResult(ErrorCode.NONE, -1, -1, -1))
             else:
@@ -897,6 +899,7 @@ class Partition(LoopActor):
                 "last_stable_offset": self._last_stable_offset(),
                 "open_transactions": self._txns.open_count,
                 "aborted_transactions": len(self._txns.aborted()),
+                "leader_epoch": self.leader_epoch,
             }
         )
 

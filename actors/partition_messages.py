@@ -36,6 +36,7 @@ __all__ = [
     "RaftReceive",
     "RaftUnreachable",
     "ReadResult",
+    "RecordError",
     "TransferLeadership",
     "UpdateSettings",
     "WriteTxnMarker",
@@ -49,12 +50,20 @@ MAX_TIMESTAMP = -3
 EARLIEST_LOCAL_TIMESTAMP = -4
 
 
+class RecordError(NamedTuple):
+    """A record that made its batch be refused (KIP-467): its index in its batch, and why."""
+
+    batch_index: int
+    message: str
+
+
 class ProduceResult(NamedTuple):
     error: ErrorCode
     base_offset: int = -1
     log_append_time_ms: int = -1
     log_start_offset: int = -1
     message: str | None = None
+    record_errors: tuple[RecordError, ...] = ()  # with INVALID_RECORD: the records at fault
 
 
 class Produce(NamedTuple):

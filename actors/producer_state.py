@@ -10,6 +10,12 @@ against them before it is appended:
     first sequence != last sequence + 1     -> OUT_OF_ORDER_SEQUENCE_NUMBER
     producer unknown to this partition      -> accepted with any sequence (Kafka >= 2.5)
 
+A transaction marker (COMMIT or ABORT, from the transaction coordinator) is checked too, as
+Kafka's ProducerAppendInfo.appendEndTxnMarker does: a producer epoch older than the
+producer's is INVALID_PRODUCER_EPOCH, and a coordinator epoch older than the last marker's
+for that producer is TRANSACTION_COORDINATOR_FENCED (a coordinator since replaced: the
+coordinator epoch is the leader epoch of the transaction's `__consumer_offsets` partition).
+
 Sequences wrap at int32 max. Nothing here does I/O; the Partition actor feeds it.
 
 The table holds at most `producer_ids_per_partition_max` producers: past it the one that
@@ -59,6 +65,7 @@ class _Producer:
     # The sequence its next batch must start at when no batch is remembered: set when a
     # truncation took them all (`forget_from`), so the producer's retries come in order.
     next_sequence: int | None = None
+    coordinator_epoch: int = -1  # its last marker's; it outlives epoch bumps, as in Kafka
 
 
 class ProducerStateTable:
@@ -91,6 +98,19 @@ class ProducerStateTable:
                 return SequenceCheck(error=ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER)
         return SequenceCheck()
 
+    def check_marker(self, producer_id: int, epoch: int, coordinator_epoch: int
+                     ) -> ErrorCode | None:
+        """Why a COMMIT or ABORT marker for the producer in `epoch`, written by the
+        coordinator of `coordinator_epoch`, may not be appended (see the module docstring)."""
+        producer = self._producers.get(producer_id)
+        if producer is None:
+            return None
+        if epoch < producer.epoch:
+            return ErrorCode.INVALID_PRODUCER_EPOCH
+        if coordinator_epoch < producer.coordinator_epoch:
+            return ErrorCode.TRANSACTION_COORDINATOR_FENCED
+        return None
+
     def check_epoch(self, producer_id: int, epoch: int) -> ErrorCode | None:
         """The one check of a batch with no sequence (the group coordinator's transactional
         offsets for the producer): an epoch older than its current one is fenced."""
@@ -111,7 +131,7 @@ class ProducerStateTable:
         producers = self._producers
         producer = producers.pop(producer_id, None)  # back in at the end: most recent
         if producer is None or epoch > producer.epoch:
-            producer = _Producer(epoch)
+            producer = _Producer(epoch, coordinator_epoch=_coordinator_epoch(producer))
         producers[producer_id] = producer
         if len(producers) > limits.producer_ids_per_partition_max:
             del producers[next(iter(producers))]  # the one that wrote least recently
@@ -125,24 +145,28 @@ class ProducerStateTable:
         producer = self._producers.get(producer_id)
         return None if producer is None else producer.epoch
 
-    def marker(self, producer_id: int, epoch: int) -> None:
-        """A transaction marker (COMMIT or ABORT) for the producer in `epoch` was appended.
+    def marker(self, producer_id: int, epoch: int, coordinator_epoch: int | None) -> None:
+        """A transaction marker (COMMIT or ABORT) for the producer in `epoch` was appended,
+        written by the coordinator of `coordinator_epoch`, which becomes the producer's.
         A newer epoch than the producer's becomes its epoch (the coordinator fenced it, or
         bumped it at the transaction's end): its batches of the old epoch are forgotten and
         its next batch must start at sequence 0, as a new epoch's first batch does. A marker
-        has no sequence of its own; nor has a batch of the group coordinator's (`no_sequence`),
-        which moves the epoch the same way."""
+        has no sequence of its own; nor has a batch of the group coordinator's (`no_sequence`,
+        no coordinator epoch), which moves the epoch the same way."""
         producers = self._producers
         producer = producers.pop(producer_id, None)
         if producer is None or epoch > producer.epoch:
-            producer = _Producer(epoch, next_sequence=0)
+            producer = _Producer(epoch, next_sequence=0,
+                                 coordinator_epoch=_coordinator_epoch(producer))
+        if coordinator_epoch is not None:
+            producer.coordinator_epoch = coordinator_epoch
         producers[producer_id] = producer
         if len(producers) > limits.producer_ids_per_partition_max:
             del producers[next(iter(producers))]
 
     def no_sequence(self, producer_id: int, epoch: int) -> None:
         """A batch with no sequence (the coordinator's, `check_epoch`) was appended."""
-        self.marker(producer_id, epoch)
+        self.marker(producer_id, epoch, None)
 
     def last_batch_offsets(self) -> set[int]:
         """The base offset of each remembered producer's last batch: compaction keeps these
@@ -164,3 +188,7 @@ class ProducerStateTable:
             producer.batches.clear()
             producer.batches.extend(kept)
             producer.next_sequence = cut[0].first_sequence
+
+
+def _coordinator_epoch(producer: _Producer | None) -> int:
+    return -1 if producer is None else producer.coordinator_epoch

@@ -42,7 +42,7 @@ broker is built for; Kafka keeps them on disk, one .txnindex per segment).
 
 Nothing here does I/O; the Partition actor feeds it from what it appends and what it reads
 back from the log on start and after a cut. The marker batch itself (`marker_batch`) and
-reading its type back (`marker_type`) live here too.
+reading it back (`read_marker`, `marker_type`) live here too.
 """
 
 from __future__ import annotations
@@ -60,9 +60,11 @@ __all__ = [
     "ABORT",
     "COMMIT",
     "AbortedTxn",
+    "Marker",
     "TxnState",
     "marker_batch",
     "marker_type",
+    "read_marker",
 ]
 
 # Kafka's ControlRecordType: 0 ABORT, 1 COMMIT (key: int16 version 0, int16 type; value of an
@@ -84,20 +86,37 @@ def marker_batch(producer_id: int, producer_epoch: int, commit: bool, coordinato
                        control=True, base_timestamp=timestamp_ms)
 
 
-def marker_type(batch: bytes | bytearray | memoryview) -> int | None:
-    """ABORT or COMMIT for a transaction marker batch (one whole batch); None for any other
-    batch (a LEADER_CHANGE, a batch that does not decode)."""
+class Marker(NamedTuple):
+    kind: int  # ABORT or COMMIT
+    coordinator_epoch: int  # -1 where the value does not say
+
+
+def read_marker(batch: bytes | bytearray | memoryview) -> Marker | None:
+    """What a transaction marker batch (one whole batch) says; None for any other batch (a
+    LEADER_CHANGE, a batch that does not decode)."""
     try:
         header, records = decode_batch(batch, check_crc=False)
     except DecodeError:
         return None
     if not header.is_control or not records or records[0].key is None:
         return None
-    key = records[0].key
+    key, value = records[0].key, records[0].value
     if len(key) < _CONTROL_KEY.size:
         return None
     _version, kind = _CONTROL_KEY.unpack_from(key)
-    return kind if kind in (ABORT, COMMIT) else None
+    if kind not in (ABORT, COMMIT):
+        return None
+    if value is None or len(value) < _MARKER_VALUE.size:
+        return Marker(kind, -1)
+    _version, coordinator_epoch = _MARKER_VALUE.unpack_from(value)
+    return Marker(kind, coordinator_epoch)
+
+
+def marker_type(batch: bytes | bytearray | memoryview) -> int | None:
+    """ABORT or COMMIT for a transaction marker batch (one whole batch); None for any other
+    batch."""
+    marker = read_marker(batch)
+    return None if marker is None else marker.kind
 
 
 class AbortedTxn(NamedTuple):

@@ -160,7 +160,7 @@ class Log(Protocol):
     def offset_for_timestamp(
         self, timestamp_ms: int, nowait: bool = False
     ) -> tuple[int, int] | None: ...
-    def max_timestamp(self) -> tuple[int, int] | None: ...
+    def max_timestamp(self, nowait: bool = False) -> tuple[int, int] | None: ...
     def iter_batch_headers(self, from_offset: int = 0) -> Iterator[BatchHeader]: ...
     def truncate(self, offset: int) -> None: ...
     def close(self) -> None: ...
@@ -474,14 +474,21 @@ class DiskLog(FlushAccounting, ReplicaAccounting):
                 return found
         return None
 
-    def max_timestamp(self) -> tuple[int, int] | None:
-        best: Segment | None = None
-        for segment in self._segments:
-            if segment.max_timestamp >= 0 and (
-                best is None or segment.max_timestamp > best.max_timestamp
-            ):
-                best = segment
-        return None if best is None else (best.offset_of_max_timestamp, best.max_timestamp)
+    def max_timestamp(self, nowait: bool = False) -> tuple[int, int] | None:
+        """(base offset, max timestamp) of the first data batch with the largest max
+        timestamp (ListOffsets MAX_TIMESTAMP: control batches name no record a consumer
+        reads). Segments are looked at latest stamp first, until none can beat what was
+        found: usually the first one answers."""
+        best: tuple[int, int] | None = None
+        by_stamp = sorted(self._segments, key=lambda s: -s.max_timestamp)  # stable: log order
+        for segment in by_stamp:
+            if segment.max_timestamp < (0 if best is None else best[1]):
+                break
+            found = segment.max_data_timestamp(nowait)
+            if found is not None and (best is None or found[1] > best[1]
+                                      or found[1] == best[1] and found[0] < best[0]):
+                best = found
+        return best
 
     def iter_batch_headers(self, from_offset: int = 0) -> Iterator[BatchHeader]:
         """Headers (positions within their segment file) from the batch holding from_offset."""

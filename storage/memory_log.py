@@ -162,10 +162,10 @@ class MemoryLog(FlushAccounting, ReplicaAccounting):
                 return header.base_offset, header.max_timestamp
         return None
 
-    def max_timestamp(self) -> tuple[int, int] | None:
+    def max_timestamp(self, nowait: bool = False) -> tuple[int, int] | None:
         best: BatchHeader | None = None
         for header in self.iter_batch_headers(self.log_start_offset):
-            if header.max_timestamp >= 0 and (
+            if not header.is_control and header.max_timestamp >= 0 and (
                 best is None or header.max_timestamp > best.max_timestamp
             ):
                 best = header

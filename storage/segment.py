@@ -162,6 +162,23 @@ class Segment:
                 return header.base_offset, header.max_timestamp
         raise AssertionError(f"{self}: max timestamp {self.max_timestamp} not found by scan")
 
+    def max_data_timestamp(self, nowait: bool = False) -> tuple[int, int] | None:
+        """(base offset, max timestamp) of the first data batch (not a control batch) with
+        the largest max timestamp here, None if there is none. The batch `max_timestamp`
+        names is one header read; only a segment whose latest stamp is a control batch's
+        (a new term's LEADER_CHANGE opens its segment) is scanned."""
+        if self.max_timestamp < 0:
+            return None
+        header = self.find(self.offset_of_max_timestamp, nowait)
+        if header is not None and not header.is_control and (
+                header.max_timestamp == self.max_timestamp):  # else compaction took that batch
+            return header.base_offset, header.max_timestamp
+        best: tuple[int, int] | None = None
+        for header in self.headers_from(0, nowait):
+            if not header.is_control and header.max_timestamp > (-1 if best is None else best[1]):
+                best = header.base_offset, header.max_timestamp
+        return best
+
     # Writing -------------------------------------------------------------------------------
 
     def append(self, data: memoryview, batches: list[BatchInfo], now_ms: int) -> None:

@@ -105,7 +105,8 @@ class PartitionLoad:
     # (producer id, commit) of markers that landed past the target while loading, in order.
     late_markers: list[tuple[int, bool]] = field(default_factory=list)
     # The epoch transaction markers carry while this load is served: the partition's leader
-    # epoch when its PartitionInfo says it, else the load's id (it grows with every load).
+    # epoch as the load starts (its Raft term; 0 for a partition of one replica), as Kafka's
+    # coordinator epoch is. A partition fences markers of an older one (producer_state.py).
     coordinator_epoch: int = 0
     waiter: Waiter | None = None  # set while it waits for the high watermark to move
 
@@ -238,7 +239,7 @@ class PartitionLoader:
             self._fail(load, ErrorCode.NOT_LEADER_OR_FOLLOWER, 0)
             return
         load.target = int(m.info["next_offset"])
-        load.coordinator_epoch = int(m.info.get("leader_epoch", load.load_id))
+        load.coordinator_epoch = int(m.info["leader_epoch"])
         self._read(load, int(m.info["log_start_offset"]))
 
     def _on_read(self, m: _Loaded) -> None:

@@ -16,7 +16,10 @@ Markers (Kafka's TransactionMarkerChannelManager, one marker at a time per parti
     try, for as long as this coordinator owns the id
 
 The coordinator epoch a marker carries is the offsets partition's leader epoch when its load
-learnt it, else the coordinator's load counter for it (it grows with every load here).
+began (its Raft term; 0 for a partition of one replica, whose epoch never moves), as Kafka's:
+a partition refuses a marker whose coordinator epoch is older than the last marker's for that
+producer (TRANSACTION_COORDINATOR_FENCED, actors/producer_state.py), so a coordinator that
+lost the partition cannot end a transaction its successor has taken over.
 Answers for a job that has ended (the id's partition unloaded, or loaded again since) are
 dropped.
 """

@@ -1,9 +1,10 @@
 """Produce (key 0), versions 3-9.
 
 v3 is the first version carrying RecordBatch v2 (magic 2) and TransactionalId; v5 adds
-LogStartOffset to the response; v7 allows zstd; v8 adds per-batch RecordErrors and
-ErrorMessage; v9 is flexible. Versions 0-2 (message sets v0/v1) are not offered, so clients
-write v2 batches (CLIENTS.md §4).
+LogStartOffset to the response; v7 allows zstd; v8 adds RecordErrors (the records that made a
+batch be refused, by index: KIP-467, actors/record_checks.py) and ErrorMessage; v9 is
+flexible. Versions 0-2 (message sets v0/v1) are not offered, so clients write v2 batches
+(CLIENTS.md §4).
 
 Record sets stay opaque bytes: each batch's header, length and CRC-32C are checked here, then
 the partition's owner assigns offsets and appends (DESIGN.md §2). acks=0 gets no response;
@@ -36,6 +37,7 @@ REQUEST = ProduceRequest
 
 TopicProduceResponse = ProduceResponse.TopicProduceResponse
 PartitionProduceResponse = ProduceResponse.PartitionProduceResponse
+BatchIndexAndErrorMessage = ProduceResponse.BatchIndexAndErrorMessage
 
 _VALID_ACKS = (0, 1, -1)
 _ACKS_ALL = -1
@@ -132,6 +134,11 @@ def _response(parts: list[tuple[str, Any]], results: list[ProduceResult]) -> Pro
                 base_offset=result.base_offset,
                 log_append_time_ms=result.log_append_time_ms,
                 log_start_offset=result.log_start_offset,
+                record_errors=[
+                    BatchIndexAndErrorMessage(batch_index=e.batch_index,
+                                              batch_index_error_message=e.message)
+                    for e in result.record_errors
+                ],
                 error_message=result.message,
             )
         )

@@ -6,7 +6,8 @@ drops those arrays for one (timestamp, offset) pair; v2 isolation level (READ_CO
 latest is the last stable offset, actors/txn_state.py) and throttle time; v4
 leader epochs; v6 flexible; v7 MAX_TIMESTAMP (-3, KIP-734).
 Timestamps from v1: -2 earliest, -1 latest (the high watermark), -3 the record with the
-largest timestamp, else the first offset whose timestamp is at or after the one given (found
+largest timestamp (of data records: a LEADER_CHANGE or a marker stamped later is no record a
+consumer reads), else the first offset whose timestamp is at or after the one given (found
 by the time index at batch granularity: the batch's base offset and max timestamp).
 
 v0 follows Kafka's legacy rule (`UnifiedLog.legacyFetchOffsetsBefore` and, for consumers,

@@ -31,7 +31,7 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from actors.partition import Produce, ProduceResult
+from actors.partition import Produce, ProduceResult, RecordError
 from shards.calls.base import Address, Request, tell_partition
 from wire.errors import DecodeError, ErrorCode
 from wire.record_batch import iter_batches
@@ -63,11 +63,14 @@ class ProduceAnswer(NamedTuple):
     log_append_time_ms: int = -1
     log_start_offset: int = -1
     message: str | None = None
+    record_errors: list[list[Any]] | None = None  # [batch index, message] of each
 
     def result(self) -> ProduceResult:
+        record_errors = tuple(RecordError(index, message)
+                              for index, message in self.record_errors or ())
         return ProduceResult(
             ErrorCode(self.error), self.base_offset, self.log_append_time_ms,
-            self.log_start_offset, self.message,
+            self.log_start_offset, self.message, record_errors,
         )  # fmt: skip
 
 
@@ -188,6 +191,7 @@ class _Answers:
             ProduceAnswer(
                 phases, int(result.error), result.base_offset, result.log_append_time_ms,
                 result.log_start_offset, result.message,
+                [list(e) for e in result.record_errors] if result.record_errors else None,
             )
         )  # fmt: skip
 

@@ -118,8 +118,10 @@ class Harness:
             from_coordinator=from_coordinator))
         return result
 
-    def marker(self, commit: bool, *, pid: int = PID, epoch: int = 0) -> ErrorCode:
-        error: ErrorCode = self.ask(lambda reply: WriteTxnMarker(pid, epoch, commit, 5, reply))
+    def marker(self, commit: bool, *, pid: int = PID, epoch: int = 0,
+               coordinator_epoch: int = 5) -> ErrorCode:
+        error: ErrorCode = self.ask(
+            lambda reply: WriteTxnMarker(pid, epoch, commit, coordinator_epoch, reply))
         return error
 
     def read(self, offset: int, committed: bool) -> ReadResult:
@@ -199,6 +201,30 @@ def test_markers_fence_older_epochs_and_bump_newer_ones(partition: Harness) -> N
         ErrorCode.INVALID_PRODUCER_EPOCH)
     assert partition.produce([b"new"], epoch=3, sequence=0).error == ErrorCode.NONE
     assert partition.read(0, True).aborted_transactions == [(PID, 0)]
+
+
+def test_markers_of_an_older_coordinator_are_fenced(partition: Harness) -> None:
+    """Kafka's checkCoordinatorEpoch: a marker whose coordinator epoch (the leader epoch of
+    the transaction's `__consumer_offsets` partition) is older than the last marker's for
+    that producer comes from a coordinator since replaced; it is refused, and the epoch is
+    read back from the log on start."""
+    partition.produce([b"x"])
+    assert partition.marker(commit=True, coordinator_epoch=5) == ErrorCode.NONE
+    partition.produce([b"y"], sequence=1)
+    assert partition.marker(commit=False, coordinator_epoch=4) == (
+        ErrorCode.TRANSACTION_COORDINATOR_FENCED)
+    assert partition.info()["open_transactions"] == 1  # nothing was written
+    assert partition.marker(commit=True, pid=PID + 1, coordinator_epoch=0) == ErrorCode.NONE
+    partition.restart()
+    assert partition.marker(commit=False, coordinator_epoch=4) == (
+        ErrorCode.TRANSACTION_COORDINATOR_FENCED)
+    assert partition.marker(commit=False, epoch=0, coordinator_epoch=5) == ErrorCode.NONE
+    assert partition.info()["open_transactions"] == 0
+    # A producer epoch older than the producer's is fenced first, whatever the coordinator.
+    partition.produce([b"z"], epoch=1, sequence=0)
+    assert partition.marker(commit=True, epoch=0, coordinator_epoch=9) == (
+        ErrorCode.INVALID_PRODUCER_EPOCH)
+    assert partition.marker(commit=True, epoch=1, coordinator_epoch=6) == ErrorCode.NONE
 
 
 def test_the_coordinators_batches_have_no_sequence_and_keep_epoch_fencing(

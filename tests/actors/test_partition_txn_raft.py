@@ -3,7 +3,8 @@ replicas) on one loop, their Raft messages carried in memory. A marker written o
 reaches the followers through Raft like any batch, they derive the same open transactions,
 last stable offset and aborted index from what they append, and after the leader goes away
 the new leader answers read_committed reads as the old one did and ends the transaction left
-open."""
+open. ListOffsets MAX_TIMESTAMP names a data record, never a control batch stamped later (a
+leader's LEADER_CHANGE, a marker)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,10 @@ import pytest
 
 from actors.hard_state import HardStateStore
 from actors.partition import (
+    MAX_TIMESTAMP,
     FetchBudget,
+    ListOffset,
+    ListOffsetResult,
     Partition,
     PartitionInfo,
     Produce,
@@ -137,12 +141,26 @@ class Cluster:
     def __init__(self, loop: asyncio.AbstractEventLoop, tmp_path: Path) -> None:
         self.loop = loop
         self.net = Net(loop)
-        settings = TopicSettings(1 << 30, 1 << 40, 1 << 20, False, False)
+        self.services = {a: Services(a, self.net, tmp_path / f"node{a[0]}") for a in REPLICAS}
         for address in REPLICAS:
-            data_dir = tmp_path / f"node{address[0]}"
-            services = Services(address, self.net, data_dir)
-            self.net.refs[address] = Partition.start("t", 0, TOPIC_ID, data_dir / "t-0", settings,
-                                                     services, REPLICAS)
+            self.start(address)
+
+    def start(self, address: Address) -> None:
+        settings = TopicSettings(1 << 30, 1 << 40, 1 << 20, False, False)
+        services = self.services[address]
+        directory = Path(services.settings.data_dir) / "t-0"
+        self.net.refs[address] = Partition.start("t", 0, TOPIC_ID, directory, settings,
+                                                 services, REPLICAS)
+
+    def restart_all(self) -> None:
+        """Every replica stopped, then started again from its log and hard state."""
+        refs = [self.net.refs.pop(a) for a in REPLICAS]
+        self.net.leaders.clear()
+        for ref in refs:
+            ref.stop(block=False)
+        settle(self.loop, lambda: not any(ref.is_alive() for ref in refs))
+        for address in REPLICAS:
+            self.start(address)
 
     def leader(self) -> Address:
         """The leader every replica up agrees on, once they do."""
@@ -226,5 +244,38 @@ def test_markers_reach_followers_and_survive_failover(
         ended = cluster.read(new_leader)
         assert ended.last_stable_offset == ended.high_watermark
         assert ended.aborted_transactions == [(PID, first[PID])]
+    finally:
+        cluster.net.close()
+
+
+def test_max_timestamp_names_a_data_record_never_a_control_batch(
+        loop: asyncio.AbstractEventLoop, tmp_path: Path) -> None:
+    cluster = Cluster(loop, tmp_path)
+
+    def max_timestamp(address: Address) -> tuple[int, int]:
+        result: ListOffsetResult = cluster.ask(
+            address, lambda reply: ListOffset(MAX_TIMESTAMP, -1, reply))
+        assert result.error == ErrorCode.NONE
+        return result.offset, result.timestamp
+
+    try:
+        leader = cluster.leader()
+        batch = build_batch([(b"k", b"v", [])] * 3, timestamps=[1_000, 3_000, 2_000])
+        produced: ProduceResult = cluster.ask(leader, lambda reply: Produce(
+            memoryview(batch), iter_batches(batch), -1, reply))
+        assert produced.base_offset == 0
+        marker = cluster.ask(leader, lambda reply: WriteTxnMarker(PID, 0, True, 1, reply))
+        assert marker == ErrorCode.NONE  # a control batch stamped now, at offset 3
+        assert max_timestamp(leader) == (1, 3_000)
+        # Restarted replicas know no commit: the new leader writes a LEADER_CHANGE (stamped
+        # now, at offset 4, in a segment of its own as a new term starts one).
+        cluster.restart_all()
+        leader = cluster.leader()
+        for _ in range(ASKS_MAX):
+            info = cluster.info(leader)
+            if info["high_watermark"] == info["next_offset"] == 5:
+                break
+        assert (info["high_watermark"], info["segments"]) == (5, 2)
+        assert max_timestamp(leader) == (1, 3_000)
     finally:
         cluster.net.close()

@@ -135,14 +135,32 @@ def test_other_batches_are_not_markers() -> None:
 def test_a_marker_of_a_newer_epoch_bumps_the_producer() -> None:
     producers = ProducerStateTable()
     producers.record(7, 0, 0, 0, 4)
-    producers.marker(7, 1)
+    producers.marker(7, 1, 0)
     assert producers.epoch_of(7) == 1
     assert producers.check(7, 0, 5, 0).error == ErrorCode.INVALID_PRODUCER_EPOCH
     assert producers.check(7, 1, 3, 0).error == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
     assert producers.check(7, 1, 0, 0) == (None, None)  # a new epoch starts at 0
-    producers.marker(7, 1)  # the same epoch: its sequences go on
+    producers.marker(7, 1, 0)  # the same epoch: its sequences go on
     producers.record(7, 1, 0, 6, 6)
     assert producers.check(7, 1, 1, 0) == (None, None)
+
+
+def test_a_marker_of_an_older_coordinator_is_fenced() -> None:
+    """Kafka's checkCoordinatorEpoch: the coordinator epoch of a producer's last marker stays
+    through its epoch bumps and the group coordinator's batches, and fences older ones."""
+    producers = ProducerStateTable()
+    assert producers.check_marker(7, 0, 0) is None  # unknown here
+    producers.record(7, 0, 0, 0, 4)
+    assert producers.check_marker(7, 0, 0) is None  # no marker yet
+    producers.marker(7, 0, 3)
+    assert producers.check_marker(7, 0, 2) == ErrorCode.TRANSACTION_COORDINATOR_FENCED
+    assert producers.check_marker(7, 0, 3) is None and producers.check_marker(7, 1, 4) is None
+    producers.record(7, 1, 0, 5, 5)  # a new producer epoch
+    producers.no_sequence(7, 2)  # the group coordinator's transactional offsets
+    assert producers.check_marker(7, 2, 2) == ErrorCode.TRANSACTION_COORDINATOR_FENCED
+    assert producers.check_marker(7, 1, 9) == ErrorCode.INVALID_PRODUCER_EPOCH  # first
+    producers.marker(7, 2, 1)  # replicated from a leader that took it: it is the last now
+    assert producers.check_marker(7, 2, 1) is None
 
 
 # The model ------------------------------------------------------------------------------

@@ -23,7 +23,7 @@ from tests.support.broker import BrokerProcess, wait_for
 from tests.support.kafka import admin_client, create_topic
 from tests.support.raw_client import RawClient
 from wire.errors import ErrorCode
-from wire.messages.produce import ProduceRequest
+from wire.messages.produce import ProduceRequest, ProduceResponse
 from wire.records import build_batch
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
@@ -164,6 +164,60 @@ def test_a_record_without_a_key_is_refused(node: BrokerProcess) -> None:
     assert [e.code() for e in errors] == [KafkaError.INVALID_RECORD]
     produce(node, "keyed", [(b"k", b"with a key")])
     assert [(k, v) for _, k, v in read_all(node, "keyed")] == [(b"k", b"with a key")]
+
+
+def test_keyless_records_in_a_batch_fail_alone_with_their_batch_index(
+        node: BrokerProcess) -> None:
+    """KIP-467, as librdkafka's own test 0011 checks it: 100 records in one batch, every
+    tenth without a key. The batch is refused; the 10 keyless records fail INVALID_RECORD and
+    the other 90 with librdkafka's "an invalid record in the same batch" error."""
+    create_topic(node, "keyed-batch", 1, **{"cleanup.policy": "compact"})
+    producer = Producer({"bootstrap.servers": node.bootstrap, "acks": "all", "retries": 0,
+                         "linger.ms": 1000, "batch.num.messages": 1000})
+    failed: dict[int, int] = {}
+    for i in range(100):
+        key = None if i % 10 == 0 else f"k{i}".encode()
+        producer.produce("keyed-batch", key=key, value=f"v{i}".encode(), partition=0,
+                         on_delivery=lambda err, _m, i=i: failed.__setitem__(
+                             i, err.code() if err else 0))
+    assert producer.flush(30) == 0
+    assert {i for i, code in failed.items() if code == KafkaError.INVALID_RECORD} == set(
+        range(0, 100, 10))
+    assert {i for i, code in failed.items() if code == KafkaError._INVALID_DIFFERENT_RECORD
+            } == set(range(100)) - set(range(0, 100, 10))
+    assert read_all(node, "keyed-batch") == []
+
+
+def test_record_errors_name_each_keyless_record_from_produce_v8(node: BrokerProcess) -> None:
+    """The partition's answer lists every keyless record's index in its batch with a message,
+    and sums them up in error_message, from v8 (KIP-467); v7 has neither field."""
+    create_topic(node, "keyed-raw", 1, **{"cleanup.policy": "compact"})
+    records = [(None if i in (1, 4, 5) else b"k%d" % i, b"v", []) for i in range(7)]
+    batch = bytes(build_batch(records))
+    with RawClient(node.bootstrap) as client:
+        for version in (8, 9):
+            answer = raw_produce_answer(client, "keyed-raw", batch, version)
+            assert answer.error_code == ErrorCode.INVALID_RECORD
+            assert [e.batch_index for e in answer.record_errors] == [1, 4, 5]
+            assert all("without key" in (e.batch_index_error_message or "")
+                       for e in answer.record_errors)
+            assert "3 record errors" in (answer.error_message or "")
+        answer = raw_produce_answer(client, "keyed-raw", batch, 7)
+        assert answer.error_code == ErrorCode.INVALID_RECORD
+        assert answer.record_errors == [] and answer.error_message is None
+        keyed = bytes(build_batch([(b"k", b"v", [])]))
+        answer = raw_produce_answer(client, "keyed-raw", keyed, 9)
+        assert (answer.error_code, answer.record_errors, answer.error_message) == (0, [], None)
+
+
+def raw_produce_answer(client: RawClient, topic: str, batch: bytes, version: int
+                       ) -> ProduceResponse.PartitionProduceResponse:
+    Request = ProduceRequest
+    request = Request(acks=-1, timeout_ms=10_000, topic_data=[Request.TopicProduceData(
+        name=topic, partition_data=[Request.PartitionProduceData(index=0, records=batch)])])
+    response = client.call(0, version, request)
+    answer: ProduceResponse.PartitionProduceResponse = response.responses[0].partition_responses[0]
+    return answer
 
 
 def raw_produce(client: RawClient, topic: str, batch: bytes) -> tuple[int, int]:

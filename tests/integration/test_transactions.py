@@ -21,9 +21,10 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
+from actors.group import OFFSETS_TOPIC, offsets_partition
 from tests.support.broker import BrokerProcess, wait_for
 from tests.support.kafka import create_topic
-from tests.support.raw_client import RawClient, request
+from tests.support.raw_client import RawClient, request, txn_markers
 from wire.errors import ErrorCode
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
@@ -168,6 +169,34 @@ def test_commit_seen_by_read_committed(shared_broker: BrokerProcess, topic: str)
              == "CompleteCommit", 10, "CompleteCommit")
     got = _values(shared_broker, topic, "read_committed", b"c8", b"c9")
     assert sorted(got) == sorted(values)
+
+
+def test_markers_carry_the_offsets_partitions_leader_epoch(shared_broker: BrokerProcess,
+                                                          topic: str) -> None:
+    """A marker's coordinator epoch is the leader epoch of the `__consumer_offsets` partition
+    its transactional id lives in (Kafka's), which fences an older coordinator's markers; on
+    one node that epoch never moves."""
+    transactional_id = _name("tx")
+    producer = _producer(shared_broker, transactional_id)
+    producer.init_transactions(_CLIENT_TIMEOUT_S)
+    for commit in (True, False):
+        producer.begin_transaction()
+        _produce_in_txn(producer, topic, [b"e0", b"e1"])
+        if commit:
+            producer.commit_transaction(_CLIENT_TIMEOUT_S)
+        else:
+            producer.abort_transaction(_CLIENT_TIMEOUT_S)
+    wait_for(lambda: _describe(shared_broker, transactional_id).transaction_state
+             == "CompleteAbort", 10, "CompleteAbort")
+    with RawClient(shared_broker.bootstrap) as client:
+        topics = client.call(3, 12, request(3, topics=None)).topics
+    (offsets,) = [t for t in topics if t.name == OFFSETS_TOPIC]
+    index = offsets_partition(transactional_id, len(offsets.partitions))
+    (leader_epoch,) = [p.leader_epoch for p in offsets.partitions if p.partition_index == index]
+    for partition in (0, 1):
+        markers = txn_markers(shared_broker.bootstrap, topic, partition)
+        assert [(m.commit, m.coordinator_epoch) for m in markers] == [
+            (True, leader_epoch), (False, leader_epoch)]
 
 
 def test_abort_hidden_from_read_committed_only(shared_broker: BrokerProcess, topic: str) -> None:

@@ -2,7 +2,9 @@
 commit was answered (its markers possibly still out) and again while a transaction is open
 and about to commit; the `__consumer_offsets` partition's new leader loads the transaction,
 completes what was prepared, and takes the retried EndTxn. A read_committed consumer sees
-every committed record, once.
+every committed record, once. Markers carry the leader epoch of the transaction's
+`__consumer_offsets` partition as their coordinator epoch (Kafka's), which grows as its
+leadership moves.
 """
 
 from __future__ import annotations
@@ -16,8 +18,9 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
+from actors.group import OFFSETS_TOPIC, offsets_partition
 from tests.support.cluster import Cluster, ClusterNode, cluster_fixture, wait_until
-from tests.support.raw_client import RawClient, request
+from tests.support.raw_client import RawClient, request, txn_markers
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
@@ -104,3 +107,45 @@ def test_coordinator_node_killed_around_commits(cluster: Cluster) -> None:
 
     got = _read_committed(cluster, set(committed + more))
     assert sorted(got) == sorted(committed + more)
+
+
+def _commit(producer: Producer, values: list[bytes]) -> None:
+    producer.begin_transaction()
+    _produce(producer, values)
+    producer.commit_transaction(_CLIENT_TIMEOUT_S)
+
+
+def _marker_epochs(cluster: Cluster, via: ClusterNode) -> list[list[int]]:
+    """The coordinator epoch of every marker, partition by partition, read from its leader."""
+    leaders = cluster.leaders(TOPIC, via)
+    return [[m.coordinator_epoch for m in txn_markers(cluster[leaders[p]].bootstrap, TOPIC, p)]
+            for p in range(PARTITIONS)]
+
+
+def test_markers_carry_the_offsets_partitions_leader_epoch(cluster: Cluster) -> None:
+    cluster.create_topic(TOPIC, PARTITIONS)
+    transactional_id = f"tx-{uuid.uuid4().hex[:8]}"
+    producer = Producer({"bootstrap.servers": cluster.bootstrap(),
+                         "transactional.id": transactional_id, "linger.ms": 5})
+    producer.init_transactions(_CLIENT_TIMEOUT_S)
+    first = cluster.coordinator(transactional_id)
+    via = cluster[first]
+    (offsets,) = via.metadata([OFFSETS_TOPIC]).topics
+    index = offsets_partition(transactional_id, len(offsets.partitions))
+    before = cluster.leader_epoch(OFFSETS_TOPIC, index, via)
+    _commit(producer, [b"one-0", b"one-1"])
+    _wait_state(cluster, transactional_id, "CompleteCommit")
+    assert _marker_epochs(cluster, via) == [[before]] * PARTITIONS
+
+    # Its leader killed, the partition's next leader serves the id in a later term.
+    cluster[first].kill9()
+    second = cluster.coordinator(transactional_id, not_on=first)
+    via = cluster[second]
+    cluster.wait_leader(OFFSETS_TOPIC, index, not_on=first)
+    after = cluster.leader_epoch(OFFSETS_TOPIC, index, via)
+    assert after > before
+    _commit(producer, [b"two-0", b"two-1"])
+    _wait_state(cluster, transactional_id, "CompleteCommit")
+    for partition in range(PARTITIONS):
+        cluster.wait_leader(TOPIC, partition, not_on=first)
+    assert _marker_epochs(cluster, via) == [[before, after]] * PARTITIONS

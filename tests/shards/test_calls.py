@@ -52,6 +52,8 @@ def crossed(value: Any) -> Any:
         produce.ProduceAnswer(produce.PHASE_ONE),
         produce.ProduceAnswer(produce.PHASE_ONE | produce.PHASE_TWO, 0, 42, -1, 7, None),
         produce.ProduceAnswer(produce.PHASE_TWO, 87, message="over max.message.bytes"),
+        produce.ProduceAnswer(produce.PHASE_TWO, 87, message="2 record errors",
+                              record_errors=[[0, "no key"], [3, "no key"]]),
         read.ReadCall("t", 0, 10, 1 << 20, -1, 1 << 20, 0, True, False),
         read.ReadCall("t", 0, 10, 1 << 20, -1, 1 << 20, 0, False, True),
         read.ReadAnswer(0, 12, 0, ["/data/t-0/00000000000000000000.log", 0, 300, 2, 99], 12,

@@ -7,6 +7,7 @@ import pytest
 from storage import FileSlice, Log, LogConfig, OffsetOutOfRange
 from tests.storage.batches import batch_of_size, make_batch, make_records
 from wire.record_batch import iter_batches
+from wire.records import build_batch
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -152,6 +153,32 @@ def test_offset_for_timestamp_and_max_timestamp(make_log):
         assert log.offset_for_timestamp(target) == expected, target
     assert log.max_timestamp() == (9, 50)
     assert log.offset_for_timestamp(-1) == (0, 12)
+
+
+def control_batch(timestamp: int) -> bytes:
+    """A control batch (a marker, a LEADER_CHANGE) stamped `timestamp`."""
+    return bytes(build_batch([(b"\x00\x00\x00\x02", b"", [])], control=True,
+                             base_timestamp=timestamp))
+
+
+def test_max_timestamp_is_of_data_batches_only(make_log):
+    """ListOffsets MAX_TIMESTAMP names a record a consumer reads: a control batch stamped
+    later than every record (a new leader's LEADER_CHANGE, a transaction marker) is passed
+    over, in a segment with data and in one of its own."""
+    log = make_log(LogConfig(segment_bytes=500, index_interval_bytes=100))
+    assert log.max_timestamp() is None
+    append(log, control_batch(99))
+    assert log.max_timestamp() is None
+    append(log, make_batch([10, 30], value_bytes=100))  # 1-2
+    append(log, control_batch(90))  # 3
+    append(log, make_batch([20], value_bytes=100))  # 4
+    assert log.max_timestamp() == (1, 30)
+    append(log, control_batch(95), epoch=8)  # 5: a new term's LEADER_CHANGE, alone
+    append(log, make_batch([30], value_bytes=100), epoch=9)  # 6: a tie, the first one wins
+    assert {5, 6} <= set(log.segment_base_offsets)
+    assert log.max_timestamp() == (1, 30)
+    append(log, make_batch([40], value_bytes=100), control_batch(97), epoch=9)  # 7, 8
+    assert log.max_timestamp() == (7, 40)
 
 
 def test_truncate(make_log):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import socket
 import struct
-from typing import Any
+from typing import Any, NamedTuple
 
 from wire.messages import (
     request_class,
@@ -21,8 +21,10 @@ from wire.messages.produce import ProduceRequest
 from wire.messages.request_header import RequestHeader
 from wire.messages.response_header import ResponseHeader
 from wire.primitives import Reader, Writer
+from wire.record_batch import BatchHeader, iter_batches
+from wire.records import decode_batch
 
-__all__ = ["RawClient", "fetch_request", "produce_request", "request"]
+__all__ = ["RawClient", "TxnMarker", "fetch_request", "produce_request", "request", "txn_markers"]
 
 _TIMEOUT_S = 10.0
 
@@ -158,3 +160,46 @@ def fetch_request(
             )
         ],
     )
+
+
+class TxnMarker(NamedTuple):
+    offset: int
+    producer_id: int
+    commit: bool
+    coordinator_epoch: int
+
+
+_MARKER_KEY = struct.Struct(">hh")  # version, type (0 ABORT, 1 COMMIT)
+_MARKER_VALUE = struct.Struct(">hi")  # version, coordinator epoch
+
+
+def txn_markers(bootstrap: str, topic: str, partition: int = 0) -> list[TxnMarker]:
+    """The COMMIT and ABORT markers of a partition up to its high watermark, read from its
+    leader at `bootstrap` (read_uncommitted; one fetch per segment, as a read stops at a
+    segment's end)."""
+    markers: list[TxnMarker] = []
+    offset, high_watermark = 0, 1
+    with RawClient(bootstrap) as client:
+        while offset < high_watermark:
+            answer = client.call(1, 12, fetch_request(topic, offset, partition=partition))
+            (fetched,) = answer.responses[0].partitions
+            assert fetched.error_code == 0, fetched.error_code
+            high_watermark = fetched.high_watermark
+            records = bytes(fetched.records or b"")
+            headers = iter_batches(records)
+            if not headers:
+                break
+            markers += [m for h in headers if (m := _marker(records, h)) is not None]
+            offset = headers[-1].next_offset
+    return markers
+
+
+def _marker(records: bytes, header: BatchHeader) -> TxnMarker | None:
+    if not header.is_control:
+        return None
+    _, (record,) = decode_batch(records[header.position:header.position + header.size])
+    _version, kind = _MARKER_KEY.unpack(record.key or b"")
+    if kind not in (0, 1):
+        return None  # a LEADER_CHANGE
+    _version, epoch = _MARKER_VALUE.unpack(record.value or b"")
+    return TxnMarker(header.base_offset, header.producer_id, kind == 1, epoch)
