@@ -20,6 +20,13 @@ before one sync get one answer; a duplicate of what is synced already is answere
         |            |            |               |
     Append       Append       Append        MsgAppResp 20    ack_pending 20 -> answered
 
+The entry just before the log start (its anchor, `log_start - 1`) matches whatever term the
+log kept for it: a log start moves only below the commit, so that entry is committed and in
+every leader's log alike. A log whose start moved before a restart that did not keep the
+term there reads it as 0; checking the term would reject the leader's match point there for
+good, when the whole log after it diverges. A leader whose own start forgot it sends prev
+term 0 there: holding the append's first entry with its term proves the match as well.
+
 Heartbeats carry the commit offset clipped to what the leader knows we match; an install
 (MsgSnap) restarts the log at the leader's log start when ours does not reach it.
 """
@@ -44,7 +51,7 @@ def handle_append(r: RaftMachine, m: Message) -> None:
             return
         prev, prev_term, ranges = _skip_committed(ranges, r.commit)
     log = r.log
-    if log.term_at(prev) != prev_term:
+    if not _holds(r, prev, prev_term, ranges):
         hint, hint_term = log.find_conflict_by_term(min(prev, log.last_offset), prev_term)
         r.send(Message(MsgType.MsgAppResp, m.sender, r.id, r.term, offset=prev,
                        log_term=hint_term, reject=True, hint=hint))
@@ -63,6 +70,18 @@ def handle_append(r: RaftMachine, m: Message) -> None:
         r.log_writes.append(Append(new, m.payload))
         break
     _accept(r, ranges[-1].last if ranges else prev, m.commit)
+
+
+def _holds(r: RaftMachine, prev: int, prev_term: int, ranges: tuple[Range, ...]) -> bool:
+    """Whether our log holds the leader's entry at `prev` (its term `prev_term`). The entry
+    before our log start is committed, so it is the leader's, whatever term we kept for it
+    (module docstring). And where the leader's own log start forgot the term before it
+    (`prev_term` 0), holding the leader's next entry is enough: the same offset and term is
+    the same entry after the same prefix (log matching)."""
+    log = r.log
+    if prev == log.log_start - 1 or log.term_at(prev) == prev_term:
+        return True
+    return bool(ranges) and ranges[0].base == prev + 1 and log.term_at(prev + 1) == ranges[0].term
 
 
 def _skip_committed(ranges: tuple[Range, ...],
@@ -87,11 +106,12 @@ def handle_heartbeat(r: RaftMachine, m: Message) -> None:
 
 
 def handle_install(r: RaftMachine, m: Message) -> None:
-    """MsgSnap: the leader's log starts after `m.offset`, which has term `m.log_term`."""
+    """MsgSnap: the leader's log starts after `m.offset`, which has term `m.log_term`; its
+    first entry is `m.ranges[0]`, if it has one."""
     before_start = m.offset
     if before_start <= r.commit:
         _accept(r, r.commit, m.commit)
-    elif r.log.term_at(before_start) == m.log_term:
+    elif _holds(r, before_start, m.log_term, m.ranges):
         _accept(r, before_start, m.commit)
     else:
         r.log.restart(before_start + 1, m.log_term)

@@ -82,9 +82,13 @@ def _send_append(r: RaftMachine, to: NodeId, force: bool) -> bool:
 def _send_install(r: RaftMachine, to: NodeId, pr: Progress) -> bool:
     if not pr.recent_active:
         return False  # not to a follower that answers nothing: wait for it to come back
-    start = r.log.log_start
+    log = r.log
+    start = log.log_start
+    # Our first entry, if any: a follower that holds it matches our log up to there, even
+    # where we do not know the term before our start (follower.py).
+    first = () if start > log.last_offset else (Range(start, start, log.term_at(start) or 0),)
     r.send(Message(MsgType.MsgSnap, to, r.id, r.term, offset=start - 1,
-                   log_term=r.log.term_at(start - 1) or 0, commit=r.commit))
+                   log_term=log.term_at(start - 1) or 0, ranges=first, commit=r.commit))
     pr.sent_install(start)
     return True
 

@@ -21,7 +21,9 @@ passed through the machine untouched to the follower's `Append` write).
     MsgHeartbeat       T      -                   -             commit, quiesce: stop
                                                                 the election clock (idle)
     MsgHeartbeatResp   T      -                   -             -
-    MsgSnap            T      log start - 1       its term      commit: "restart your log here"
+    MsgSnap            T      log start - 1       its term      commit: "restart your log
+                                                                here", ranges: its first
+                                                                entry (offset, term) if any
     MsgTimeoutNow      T      -                   -             the transferee campaigns now
 
     T*: a granted (pre)vote answers with the request's term, a rejection with the voter's.

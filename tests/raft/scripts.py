@@ -23,6 +23,9 @@ of comparing (then read the diff). Commands (node ids are 1..n):
     isolate N | heal              drop every message to or from N (queued ones too) / stop
     crash N | restart N           lose what is not synced / start from what is
     set-log-start N OFFSET        retention: the log starts at OFFSET (a batch boundary)
+    set-log N start=S prev=T runs=O@T,... last=L [commit=C] [term=T]
+                                  restart N from this synced log (LogState(S, T, runs, L):
+                                  one batch a run), commit offset and hard-state term
     wake N [lost]                 end a quiesced node's quiet (`lost`: the host lost touch)
     status N | raft-log N
     ... quiet                     (after any command) run it, print only "ok"
@@ -324,6 +327,24 @@ class Env:
         n.durable.set_start(max(offset, n.durable.start))
         n.check_view()
         return []
+
+    def cmd_set_log(self, args: list[str]) -> list[str]:
+        old = self.node(args[0])
+        opts = dict(a.split("=") for a in args[1:])
+        last = int(opts["last"])
+        runs = [tuple(int(x) for x in run.split("@")) for run in opts.get("runs", "").split(",")
+                if run]
+        log = ModelLog(int(opts["start"]), int(opts["prev"]))
+        for i, (base, term) in enumerate(runs):
+            end = runs[i + 1][0] - 1 if i + 1 < len(runs) else last
+            log.append(Batch(base, end, term, "init"))
+        assert log.last_offset == last, (log.state(), last)
+        hard = HardState(int(opts.get("term", 0)), None)
+        self.nodes[old.id] = Node(old.config, seed=int(args[0]), log=log, hard_state=hard,
+                                  committed=int(opts.get("commit", -1)),
+                                  use_reader=old.use_reader)
+        self.inbox[old.id] = []
+        return [f"{log.state()}"]
 
     def cmd_status(self, args: list[str]) -> list[str]:
         s = self.node(args[0]).machine.status()
