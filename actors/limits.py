@@ -56,3 +56,10 @@ partitions_per_topic_max = 100_000
 # leader.imbalance.check.interval, 300 s there; here seconds, so a restarted node takes its
 # share of leaders back soon after it has caught up).
 preferred_leader_check_timeouts = 5
+
+# A replicated partition's leader answers DeleteRecords once every follower whose node is
+# heard from has moved its log start past the offset (Kafka's low watermark), or
+# REQUEST_TIMED_OUT after this long (Kafka waits the request's timeout, 30 s by default in
+# its admin client). A live follower takes it within a round trip; a dead one stops counting
+# after an election timeout.
+delete_records_replicas_wait_ms = 30_000

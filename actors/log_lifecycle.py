@@ -14,7 +14,10 @@ start; every method runs on the shard's loop thread, in the partition's turn.
         -> file.delete.delay.ms later, read pool: unlink, close
     DeleteRecords(offset): log start moved in memory (reads below it are out of range at
         once), then written to the partition's checkpoint on the I/O pool; answered once
-        durable.
+        durable and, on a replicated partition's leader, once every live follower has taken
+        it (actors/partition_replication.py, Kafka's low watermark).
+    the leader's log start, on a follower (actors/raft/follower.py): moved and written as
+        DeleteRecords does, with no one to answer.
     compaction (cleanup.policy has `compact`), on the same pass:
         storage.compaction.cleanable_range (below the last stable offset) -> due (dirty
         ratio, max lag, or a tombstone's delete horizon passed) -> the shard's cleaner
@@ -312,7 +315,7 @@ class LogLifecycle:
         if log_.advance_log_start(offset):
             p.log_start_moved()
         elif not self._writing:  # there already, and durable
-            reply((ErrorCode.NONE, log_.log_start_offset))
+            p.log_start_replicated(offset, reply)
             return
 
         def written(error: BaseException | None) -> None:
@@ -321,9 +324,22 @@ class LogLifecycle:
             elif error is not None:
                 reply((ErrorCode.KAFKA_STORAGE_ERROR, -1))
             else:
-                reply((ErrorCode.NONE, log_.log_start_offset))
+                p.log_start_replicated(offset, reply)
 
         self._persist_log_start(written)
+
+    def follow_log_start(self, offset: int) -> None:
+        """A follower takes its leader's log start (actors/raft/follower.py): moved and
+        written as DeleteRecords does, with no one to answer."""
+        p = self._partition
+        log_ = p.log_or_none()
+        if log_ is None:
+            return
+        # Within the log, always: the writes before it in the Raft Ready are in it (a
+        # failed fdatasync's cut is the one exception, and that replica takes no more).
+        if log_.advance_log_start(min(offset, log_.next_offset)):
+            p.log_start_moved()
+            self._persist_log_start()
 
     def _persist_log_start(self, then: AfterWrite | None = None) -> None:
         """Write the log start to the checkpoint (module docstring); `then(error)` after."""

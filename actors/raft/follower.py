@@ -29,21 +29,36 @@ term 0 there: holding the append's first entry with its term proves the match as
 
 Heartbeats carry the commit offset clipped to what the leader knows we match; an install
 (MsgSnap) restarts the log at the leader's log start when ours does not reach it.
+
+The leader's log start comes with its appends and heartbeats (`log_start`, as in Kafka's
+fetch answers): the follower moves its own start up to it, never past its commit + 1 (what
+it knows is the leader's log too), with an `AdvanceStart` write; every answer says where the
+follower's start is.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from actors.raft.messages import Append, InstallStart, Message, MsgType, Range, TruncateAfter
+from actors.raft.messages import (
+    AdvanceStart,
+    Append,
+    InstallStart,
+    Message,
+    MsgType,
+    Range,
+    TruncateAfter,
+)
 
 if TYPE_CHECKING:
     from actors.raft.machine import RaftMachine
 
-__all__ = ["handle_append", "handle_heartbeat", "handle_install", "maybe_ack"]
+__all__ = ["follow_log_start", "handle_append", "handle_heartbeat", "handle_install",
+           "maybe_ack"]
 
 
 def handle_append(r: RaftMachine, m: Message) -> None:
+    _note_leader_start(r, m)
     prev, prev_term, ranges = m.offset, m.log_term, m.ranges
     if prev < r.commit:
         if not ranges or ranges[-1].last <= r.commit:
@@ -53,8 +68,10 @@ def handle_append(r: RaftMachine, m: Message) -> None:
     log = r.log
     if not _holds(r, prev, prev_term, ranges):
         hint, hint_term = log.find_conflict_by_term(min(prev, log.last_offset), prev_term)
+        follow_log_start(r)
         r.send(Message(MsgType.MsgAppResp, m.sender, r.id, r.term, offset=prev,
-                       log_term=hint_term, reject=True, hint=hint))
+                       log_term=hint_term, reject=True, hint=hint,
+                       log_start=log.log_start))
         return
     for i, rg in enumerate(ranges):
         first = log.first_mismatch(rg)
@@ -97,10 +114,13 @@ def _skip_committed(ranges: tuple[Range, ...],
 
 
 def handle_heartbeat(r: RaftMachine, m: Message) -> None:
+    _note_leader_start(r, m)
     commit = min(m.commit, r.log.last_offset)
     if commit > r.commit:
         r.commit = commit
-    r.send(Message(MsgType.MsgHeartbeatResp, m.sender, r.id, r.term))
+    follow_log_start(r)
+    r.send(Message(MsgType.MsgHeartbeatResp, m.sender, r.id, r.term,
+                   log_start=r.log.log_start))
     if m.quiesce:
         r.quiesced = True  # the leader has nothing to send until its next proposal
 
@@ -131,7 +151,22 @@ def _accept(r: RaftMachine, upto: int, leader_commit: int) -> None:
     commit = min(leader_commit, r.leader_match)
     if commit > r.commit:
         r.commit = commit
+    follow_log_start(r)
     maybe_ack(r)
+
+
+def _note_leader_start(r: RaftMachine, m: Message) -> None:
+    if m.log_start > r.leader_log_start:
+        r.leader_log_start = m.log_start
+
+
+def follow_log_start(r: RaftMachine) -> None:
+    """Move the log start up to the leader's, as far as the commit allows: what is below
+    the leader's start and at or below our commit is committed, so gone from its log too."""
+    start = min(r.leader_log_start, r.commit + 1)
+    if start > r.log.log_start:
+        r.log.set_log_start(start)
+        r.log_writes.append(AdvanceStart(start))
 
 
 def maybe_ack(r: RaftMachine) -> None:
@@ -140,7 +175,8 @@ def maybe_ack(r: RaftMachine) -> None:
         return
     ackable = min(r.log.flushed_offset, r.leader_match)
     if ackable >= r.ack_pending or ackable > r.ack_sent:
-        r.send(Message(MsgType.MsgAppResp, r.leader, r.id, r.term, offset=ackable))
+        r.send(Message(MsgType.MsgAppResp, r.leader, r.id, r.term, offset=ackable,
+                       log_start=r.log.log_start))
         r.ack_sent = ackable
         if ackable >= r.ack_pending:
             r.ack_due = False

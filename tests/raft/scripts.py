@@ -42,6 +42,7 @@ from typing import Any
 
 from actors.raft import (
     LEADER_CHANGE,
+    AdvanceStart,
     Append,
     HardState,
     InstallStart,
@@ -76,6 +77,8 @@ def format_message(m: Message) -> str:
         s += f" Start:{m.offset + 1} Prev:{m.offset}/{m.log_term} Commit:{m.commit}"
     if m.reject and t != MsgType.MsgAppResp:
         s += " Rejected"
+    if m.log_start > 0:  # a log start retention or DeleteRecords moved (0: none did)
+        s += f" LogStart:{m.log_start}"
     return s
 
 
@@ -95,6 +98,8 @@ def format_ready(rd: Ready) -> list[str]:
             out.append(f"TruncateAfter {w.offset}")
         elif isinstance(w, InstallStart):
             out.append(f"InstallStart {w.log_start} Prev:{w.prev_term}")
+        elif isinstance(w, AdvanceStart):
+            out.append(f"AdvanceStart {w.offset}")
     if rd.committed is not None:
         out.append(f"Committed:{rd.committed}")
     if rd.messages:
@@ -352,7 +357,10 @@ class Env:
                  f"log={s.log_start}..{s.last_offset} flushed={s.flushed_offset}"
                  + (f" transferee={s.transferee}" if s.transferee is not None else "")
                  + (" quiesced" if self.node(args[0]).machine.quiesced else "")]
-        lines.extend(f"{p}: {d}" for p, d in s.progress.items())
+        progress = self.node(args[0]).machine.progress
+        lines.extend(f"{p}: {d}" + (f" start={progress[p].log_start}"
+                                    if progress[p].log_start > 0 else "")
+                     for p, d in s.progress.items())
         return lines
 
     def cmd_wake(self, args: list[str]) -> list[str]:
