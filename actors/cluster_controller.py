@@ -306,6 +306,9 @@ class ClusterController(LoopActor):
     def log_rewritten(self) -> None:
         pass  # only what is not committed is ever cut, and only committed records are applied
 
+    def advance_log_start(self, offset: int) -> None:
+        pass  # no retention here: a controller leader's log start never moves past ours
+
     def cut_complete(self) -> None:
         self._flush()
         self._apply_to(self._commit_target)

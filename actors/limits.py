@@ -66,3 +66,10 @@ preferred_leader_check_timeouts = 5
 # most this long or the request's timeout_ms, asking every step.
 create_topics_leaders_wait_s = 5.0
 create_topics_leaders_step_s = 0.02
+
+# A replicated partition's leader answers DeleteRecords once every follower whose node is
+# heard from has moved its log start past the offset (Kafka's low watermark), or
+# REQUEST_TIMED_OUT after this long (Kafka waits the request's timeout, 30 s by default in
+# its admin client). A live follower takes it within a round trip; a dead one stops counting
+# after an election timeout.
+delete_records_replicas_wait_ms = 30_000

@@ -9,11 +9,15 @@ start; every method runs on the shard's loop thread, in the partition's turn.
         storage.retention.deletable_prefix -> segments past retention.ms / retention.bytes,
         or below a log start DeleteRecords set -> DiskLog.remove_head (log start moves,
         published at once: fetches below it get OFFSET_OUT_OF_RANGE)
+        -> I/O pool: the log-start checkpoint written (the new start and the epoch before it)
         -> read pool: rename the files to `.deleted`
         -> file.delete.delay.ms later, read pool: unlink, close
     DeleteRecords(offset): log start moved in memory (reads below it are out of range at
         once), then written to the partition's checkpoint on the I/O pool; answered once
-        durable. One write at a time; requests that arrive meanwhile share the next one.
+        durable and, on a replicated partition's leader, once every live follower has taken
+        it (actors/partition_replication.py, Kafka's low watermark).
+    the leader's log start, on a follower (actors/raft/follower.py): moved and written as
+        DeleteRecords does, with no one to answer.
     compaction (cleanup.policy has `compact`), on the same pass:
         storage.compaction.cleanable_range (below the last stable offset) -> due (dirty
         ratio, max lag, or a tombstone's delete horizon passed) -> the shard's cleaner
@@ -21,6 +25,12 @@ start; every method runs on the shard's loop thread, in the partition's turn.
         in crash-safe) -> DiskLog.replace_segments on the loop; the old segments
         close on the read pool once no flush holds them; the cleaner checkpoint is written
         on the I/O pool. While a clean runs, retention waits (both would touch the head).
+
+Every move of the log start is written to the checkpoint with the epoch just below the new
+start, and the files of removed segments go only once it is durable: a log reopened after a
+crash knows that epoch, which Raft's log matching anchors on (a log whose first segment
+starts at its start cannot tell it otherwise). One checkpoint write at a time; moves made
+meanwhile share the next one, which writes the start as it is then.
 
 Nothing here waits on the disk on the loop: renames, unlinks and closes of removed segments
 run on the shard's read pool (they must not queue behind fdatasyncs, nor hold them up), and a
@@ -50,8 +60,17 @@ log = logging.getLogger(__name__)
 
 # (error, low watermark: the log start offset after the request)
 DeleteRecordsReply = Callable[[tuple[ErrorCode, int]], None]
+# What waits for the next log-start checkpoint write: its error (STOPPED: none was made).
+AfterWrite = Callable[[BaseException | None], None]
 
 HIGH_WATERMARK = -1  # DeleteRecords offset -1: up to the high watermark (Kafka)
+
+
+class PartitionStopped(Exception):
+    """The partition stopped (or its topic went) before the checkpoint could be written."""
+
+
+STOPPED = PartitionStopped()
 
 
 class LogLifecycle:
@@ -62,7 +81,8 @@ class LogLifecycle:
         self._disposals: dict[Any, Callable[[], None]] = {}
         self._stopped = False
         self._writing = False  # a log-start checkpoint write is out
-        self._waiting: list[DeleteRecordsReply] = []  # DeleteRecords for the next write
+        self._write_wanted = False  # the log start moved since the write out began
+        self._after_write: list[AfterWrite] = []  # what waits for the next write
         self.segments_removed = 0  # for PartitionInfo and tests
         self._cleaning: threading.Event | None = None  # set to stop the clean running
         self._horizon_ms: int | None = None  # a tombstone's delete horizon: clean from then
@@ -87,9 +107,9 @@ class LogLifecycle:
         for timer, delete_now in disposals.items():
             timer.cancel()
             delete_now()
-        waiting, self._waiting = self._waiting, []
-        for reply in waiting:
-            reply((ErrorCode.NOT_LEADER_OR_FOLLOWER, -1))
+        # A start moved just before: written all the same if the log is still here (the
+        # write has its own handle on the directory), else what waits for it is told now.
+        self._write_log_start()
 
     def _interval_s(self) -> float:
         return self._partition.services.settings.log_cleanup_interval_ms / 1000
@@ -141,7 +161,9 @@ class LogLifecycle:
                  p, count, removed[-1].next_offset, _REASONS[reason], log_.log_start_offset)
         p.log_start_moved()
         p.services.segments_removed([str(s.log_path) for s in removed])
-        self._dispose(removed, settings.file_delete_delay_ms)
+        delay_ms = settings.file_delete_delay_ms
+        # The files go once the new start is written down (module docstring).
+        self._persist_log_start(lambda _error: self._dispose(removed, delay_ms))
         return count
 
     def _dispose(self, segments: list[Segment], delay_ms: int) -> None:
@@ -290,30 +312,64 @@ class LogLifecycle:
         if not 0 <= offset <= p.high_watermark:
             reply((ErrorCode.OFFSET_OUT_OF_RANGE, -1))
             return
-        if not log_.advance_log_start(offset) and not self._writing:
-            reply((ErrorCode.NONE, log_.log_start_offset))
+        if log_.advance_log_start(offset):
+            p.log_start_moved()
+        elif not self._writing:  # there already, and durable
+            p.log_start_replicated(offset, reply)
             return
-        p.log_start_moved()
-        self._waiting.append(reply)
+
+        def written(error: BaseException | None) -> None:
+            if error is STOPPED:
+                reply((ErrorCode.NOT_LEADER_OR_FOLLOWER, -1))
+            elif error is not None:
+                reply((ErrorCode.KAFKA_STORAGE_ERROR, -1))
+            else:
+                p.log_start_replicated(offset, reply)
+
+        self._persist_log_start(written)
+
+    def follow_log_start(self, offset: int) -> None:
+        """A follower takes its leader's log start (actors/raft/follower.py): moved and
+        written as DeleteRecords does, with no one to answer."""
+        p = self._partition
+        log_ = p.log_or_none()
+        if log_ is None:
+            return
+        # Within the log, always: the writes before it in the Raft Ready are in it (a
+        # failed fdatasync's cut is the one exception, and that replica takes no more).
+        if log_.advance_log_start(min(offset, log_.next_offset)):
+            p.log_start_moved()
+            self._persist_log_start()
+
+    def _persist_log_start(self, then: AfterWrite | None = None) -> None:
+        """Write the log start to the checkpoint (module docstring); `then(error)` after."""
+        if then is not None:
+            self._after_write.append(then)
+        self._write_wanted = True
         self._write_log_start()
 
     def _write_log_start(self) -> None:
+        if self._writing or not self._write_wanted:
+            return
         p = self._partition
         log_ = p.log_or_none()
-        if self._writing or not self._waiting or log_ is None:
+        self._write_wanted = False
+        waiting, self._after_write = self._after_write, []
+        if log_ is None:  # stopped, or the topic went
+            for then in waiting:
+                then(STOPPED)
             return
         self._writing = True
-        waiting, self._waiting = self._waiting, []
         start = log_.log_start_offset
 
         def written(_result: Any, error: BaseException | None) -> None:
             self._writing = False
             if error is not None:
                 log.error("%s: writing log start %d failed: %r", p, start, error)
-            result = (ErrorCode.KAFKA_STORAGE_ERROR, -1) if error else (ErrorCode.NONE, start)
-            for reply in waiting:
-                reply(result)
-            self.housekeep()  # whole segments below the new start go now
+            for then in waiting:
+                then(error)
+            if not self._stopped:
+                self.housekeep()  # whole segments below the new start go now
             self._write_log_start()
 
         p.services.run_blocking(log_.log_start_writer(start), written)

@@ -84,7 +84,7 @@ from actors import limits
 from actors.ack_window import Acks, AckWindow, CommitSource, Step
 from actors.group import OFFSETS_TOPIC
 from actors.group.messages import TxnOffsetsMarker
-from actors.log_lifecycle import LogLifecycle
+from actors.log_lifecycle import DeleteRecordsReply, LogLifecycle
 from actors.partition_messages import (
     EARLIEST_LOCAL_TIMESTAMP,
     EARLIEST_TIMESTAMP,
@@ -338,6 +338,14 @@ class Partition(LoopActor):
         if self._replication is not None and self._log is not None:
             self._replication.log_start_moved(self._log.log_start_offset)
         self._publish()
+
+    def log_start_replicated(self, offset: int, reply: DeleteRecordsReply) -> None:
+        """DeleteRecords moved the log start to `offset` and it is durable here: answer once
+        every live replica's start has followed (a replicated partition's leader), else now."""
+        if self._replication is not None:
+            self._replication.answer_when_replicas_start_at(offset, reply)
+        else:
+            reply((ErrorCode.NONE, self._log_start_offset()))
 
     def producer_last_batches(self) -> set[int]:
         return self._producers.last_batch_offsets()
@@ -938,6 +946,10 @@ class Partition(LoopActor):
                              lambda h: view[h.position:h.position + h.size])
             self._unflushed_bytes += header.size
         self._carry_out(self._window.appended(last_offset))
+
+    def follow_log_start(self, offset: int) -> None:
+        """A follower takes its leader's log start (actors/log_lifecycle.py)."""
+        self._lifecycle.follow_log_start(offset)
 
     def quorum_committed(self, high_watermark: int) -> None:
         if high_watermark > self._window.committed_offset:

@@ -169,7 +169,8 @@ class UpdateSettings(NamedTuple):
 
 class DeleteRecords(NamedTuple):
     """Move the log start up to `offset` (-1: the high watermark); replies (error, low
-    watermark) once the new start is durable (actors/log_lifecycle.py)."""
+    watermark) once the new start is durable (actors/log_lifecycle.py), and a replicated
+    partition's leader once its live followers have taken it."""
 
     offset: int
     reply: DeleteRecordsReply

@@ -31,6 +31,14 @@ says which incarnation it holds (storage/partition_dir.py), and a replica of one
 other's messages (shards/shard.py). A partition of replication factor 1 on a cluster has no
 group: its `LoneLeader` reports its leadership as a group's leader does.
 
+The log start is replicated as Kafka replicates it: the leader's goes with its appends and
+heartbeats, and a follower moves its own up to it (`advance_log_start`: through the same
+path as DeleteRecords, actors/log_lifecycle.py), so what DeleteRecords or retention removed
+on the leader does not come back when a follower leads, and ListOffsets EARLIEST does not go
+backwards. DeleteRecords is answered once every follower whose node is heard from has taken
+the new start (its answers say where its log starts: Kafka's low watermark), or
+REQUEST_TIMED_OUT after `limits.delete_records_replicas_wait_ms`.
+
 Everything here runs on the partition's loop, inside the partition's own message handling or
 its Replica's once-a-turn processing.
 """
@@ -51,6 +59,7 @@ from wire.errors import ErrorCode
 from wire.record_batch import BatchHeader
 
 if TYPE_CHECKING:
+    from actors.log_lifecycle import DeleteRecordsReply
     from actors.partition import Partition
 
 __all__ = ["GroupKey", "LoneLeader", "RaftServices", "Replication", "group_name",
@@ -143,6 +152,8 @@ class Replication:
         self._ready_at = 0  # a leader's log end when elected (KIP-207, module docstring)
         self._commit_target = 0  # the high watermark Raft gave, maybe past what is written
         self._ticks = 0
+        # DeleteRecords waiting for the followers' log starts: (offset, deadline ms, reply).
+        self._start_waiters: list[tuple[int, int, DeleteRecordsReply]] = []
 
     # Lifecycle ----------------------------------------------------------------------------
 
@@ -173,6 +184,7 @@ class Replication:
         self.raft.unregister(self.key)
         if self.replica is not None:
             self.replica.close()
+        self._answer_start_waiters()
 
     def forget(self) -> None:
         """The topic was deleted: its term and vote go from the shard's table."""
@@ -185,6 +197,7 @@ class Replication:
         if replica is None or replica.closed:
             return
         replica.tick(self.raft.lost)
+        self._answer_start_waiters()
         self._ticks += 1
         if self._ticks % (self.raft.election_ticks * limits.preferred_leader_check_timeouts) == 0:
             self._hand_back()
@@ -210,6 +223,7 @@ class Replication:
             return
         for m in messages:
             replica.receive(m)
+        self._answer_start_waiters()
 
     def unreachable(self, peer: Address) -> None:
         if self.replica is not None and not self.replica.closed:
@@ -277,6 +291,45 @@ class Replication:
         if offset <= machine.commit + 1 and offset > machine.log.log_start:
             machine.set_log_start(offset)
 
+    def answer_when_replicas_start_at(self, offset: int, reply: DeleteRecordsReply) -> None:
+        """DeleteRecords moved this leader's log start to `offset`: answer once every live
+        follower's has followed (module docstring)."""
+        deadline = self.partition.now_ms() + limits.delete_records_replicas_wait_ms
+        self._start_waiters.append((offset, deadline, reply))
+        self._answer_start_waiters()
+
+    def _answer_start_waiters(self) -> None:
+        if not self._start_waiters:
+            return
+        replica = self.replica
+        if replica is None or replica.closed or replica.machine.role != Role.Leader:
+            waiters, self._start_waiters = self._start_waiters, []
+            for _offset, _deadline, reply in waiters:
+                reply((ErrorCode.NOT_LEADER_OR_FOLLOWER, -1))
+            return
+        low = self._low_watermark()
+        now = self.partition.now_ms()
+        waiting = []
+        for offset, deadline, reply in self._start_waiters:
+            if low >= offset:
+                reply((ErrorCode.NONE, low))
+            elif now >= deadline:
+                reply((ErrorCode.REQUEST_TIMED_OUT, -1))
+            else:
+                waiting.append((offset, deadline, reply))
+        self._start_waiters = waiting
+
+    def _low_watermark(self) -> int:
+        """The lowest log start of this leader and of its followers whose nodes are heard
+        from (Kafka's, which counts the replicas on live brokers)."""
+        machine = self.machine
+        low = machine.log.log_start
+        lost = self.raft.lost
+        for peer, progress in machine.progress.items():
+            if peer not in lost:
+                low = min(low, progress.log_start)
+        return low
+
     def status(self) -> list[Any]:
         """[role, leader node or -1, term, {follower node: matched offset}, quiesced] for the
         admin."""
@@ -308,6 +361,9 @@ class Replication:
     def log_rewritten(self) -> None:
         self.partition.log_rewritten()
 
+    def advance_log_start(self, offset: int) -> None:
+        self.partition.follow_log_start(offset)
+
     def cut_complete(self) -> None:
         self.partition.cut_complete()
 
@@ -325,6 +381,7 @@ class Replication:
             log.info("%s: leader in term %d", p, term)
         p.role_changed(soft.role == Role.Leader, term, was_leader)
         self.raft.leader_changed(self.key, leader, term, self.replicas)
+        self._answer_start_waiters()
 
     def send(self, messages: list[Message]) -> None:
         self.raft.send(self.key, messages)

@@ -16,8 +16,9 @@ the appends of every produce of a turn leave for each follower as one message:
     end of turn: while machine.has_ready(): rd = machine.ready()
           1. rd.log_writes, in order, on the log now: a follower's batches (append_replicated),
              a divergent tail cut (truncate_to), a restart at the leader's log start (reset),
-             a new leader's LEADER_CHANGE control batch. The host is told what to flush
-             (`host.appended`); a flush's end comes back as `flushed`.
+             the leader's log start taken (`host.advance_log_start`), a new leader's
+             LEADER_CHANGE control batch. The host is told what to flush (`host.appended`);
+             a flush's end comes back as `flushed`.
           2. rd.hard_state: saved in the shard's table (actors/hard_state.py).
           3. rd.messages: sent only once every hard state saved so far is durable (persist
              before send); an append to a follower carries its batches' bytes, read from the
@@ -51,6 +52,7 @@ from actors import limits
 from actors.hard_state import HardStateStore
 from actors.raft import (
     LEADER_CHANGE,
+    AdvanceStart,
     Append,
     InstallStart,
     LogWrite,
@@ -135,6 +137,9 @@ class ReplicaHost(Protocol):
     def log_rewritten(self) -> None:
         """A cut or a reset changed what the log holds: rebuild what was derived from it
         (producer state, the ack window's written offset)."""
+    def advance_log_start(self, offset: int) -> None:
+        """The leader's log start came with its appends: move ours up to `offset` (a
+        follower's, within its log), as DeleteRecords does, and make it durable."""
     def cut_complete(self) -> None:
         """A cut is durable and the writes behind it are in the log: flush what waits."""
     def committed(self, high_watermark: int) -> None: ...
@@ -312,6 +317,8 @@ class Replica:
             self._cut(log_.truncate_to(write.offset + 1))
         elif isinstance(write, InstallStart):
             self._cut(log_.reset(write.log_start, write.prev_term))
+        elif isinstance(write, AdvanceStart):
+            self._host.advance_log_start(write.offset)
 
     def _append(self, log_: Log, write: Append) -> None:
         host = self._host

@@ -27,8 +27,9 @@ Besides the entries the cache keeps `epoch_before_start`, the epoch of the offse
 the log start when the log knows it: a reset sets it (the leader's term there), a start move
 takes it from the entry it passes. Raft's log matching anchors on it (a follower whose log
 starts at 100 must still tell whether prev (99, term) matches), and `last_epoch` falls back on
-it when no batch is left. None means unknown (a log that starts at 0, or whose start moved by
-whole segments before a restart).
+it when no batch is left. None means unknown: a log that starts at 0, or one reopened at a
+start whose epoch its log-start checkpoint does not say (written by a version that did not
+record it when retention moved the start).
 
 A log whose epochs go down (written before Raft, or by tests that pick epochs at random) still
 gets one entry per change; `end_offset_for_epoch` then answers from the last entry at or

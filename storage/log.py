@@ -184,7 +184,8 @@ class Log(Protocol):
     def epoch_before_start(self) -> int | None: ...
 
 
-# In a partition directory: the log start offset DeleteRecords set (Kafka keeps it in a
+# In a partition directory: the log start offset wherever it moved (DeleteRecords, retention,
+# a follower taking its leader's), with the epoch just below it (Kafka keeps the start in a
 # log-start-offset-checkpoint file per data directory).
 LOG_START_FILE = "log-start-offset.json"
 # In a partition directory: the first offset compaction has not cleaned yet.
@@ -512,9 +513,10 @@ class DiskLog(FlushAccounting, ReplicaAccounting):
         return sum(s.size for s in self._segments)
 
     def advance_log_start(self, offset: int) -> bool:
-        """Move the log start up to `offset` (DeleteRecords): reads below it are out of
-        range at once; whole segments below it go at the next `remove_head`. The caller
-        makes it durable with `write_log_start`. False if it was there already."""
+        """Move the log start up to `offset` (DeleteRecords, or a follower taking its
+        leader's): reads below it are out of range at once; whole segments below it go at
+        the next `remove_head`. The caller makes it durable with `log_start_writer`. False
+        if it was there already."""
         assert offset <= self.next_offset, (self, offset)
         if offset <= self.log_start_offset:
             return False
@@ -523,8 +525,8 @@ class DiskLog(FlushAccounting, ReplicaAccounting):
         return True
 
     def log_start_writer(self, offset: int) -> Callable[[], None]:
-        """A blocking job (for the I/O pool) that makes a log start set by DeleteRecords
-        survive a crash, with the epoch just below it if that is known."""
+        """A blocking job (for the I/O pool) that makes a log start moved by DeleteRecords
+        or retention survive a crash, with the epoch just below it if that is known."""
         return self._state_writer(LOG_START_FILE, self._log_start_state(offset))
 
     def _log_start_state(self, offset: int) -> dict[str, int]:
@@ -578,8 +580,10 @@ class DiskLog(FlushAccounting, ReplicaAccounting):
 
     def remove_head(self, count: int) -> list[Segment]:
         """Take the first `count` segments out of the log (see `removable_head`); the log
-        start moves to the first one left. The caller disposes of the files off the loop:
-        `Segment.mark_deleted`, later `delete_marked` and `close`."""
+        start moves to the first one left. The caller writes the new start down
+        (`log_start_writer`: a log reopened at its first file would not know the epoch
+        before it), then disposes of the files off the loop: `Segment.mark_deleted`, later
+        `delete_marked` and `close`."""
         assert 0 <= count <= self.removable_head(count), (self, count)
         removed, self._segments = self._segments[:count], self._segments[count:]
         del self._bases[:count]

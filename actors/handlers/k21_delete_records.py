@@ -3,7 +3,9 @@
 v1 is v0 with throttling semantics; v2 is flexible. Each partition's offset (-1: its high
 watermark) becomes its log start: reads below it get OFFSET_OUT_OF_RANGE at once, whole
 segments below it are removed, and the answer (the new low watermark) comes once the start
-is durable (actors/log_lifecycle.py). Refused, as Kafka does: an internal topic
+is durable (actors/log_lifecycle.py) and, on a replicated topic, once every follower whose
+node is up has taken it (REQUEST_TIMED_OUT if one does not in time, as Kafka's purgatory
+answers; actors/partition_replication.py). Refused, as Kafka does: an internal topic
 (INVALID_TOPIC_EXCEPTION), a topic whose cleanup.policy lacks `delete` (POLICY_VIOLATION),
 an offset above the high watermark (OFFSET_OUT_OF_RANGE).
 """

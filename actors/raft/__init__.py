@@ -9,6 +9,7 @@ term)` ranges, never bytes. The orchestrator (the Partition actor) drives it:
     m.step(message)                every message from a peer (payload: the batches' bytes)
     m.propose(records, payload)    leader: a batch appended -> its Range, or None
     m.flushed(offset, term)        its log is synced up to offset (term: the batch's there)
+    m.set_log_start(offset)        retention or DeleteRecords removed what is below offset
     if m.has_ready():
         rd = m.ready()             persist rd.hard_state; apply rd.log_writes; send
         ...                        rd.messages (attach bytes to MsgApp ranges); publish
@@ -23,6 +24,7 @@ from actors.raft.log import LogView
 from actors.raft.machine import BatchReader, Config, RaftMachine, Status
 from actors.raft.messages import (
     LEADER_CHANGE,
+    AdvanceStart,
     Append,
     HardState,
     InstallStart,
@@ -40,7 +42,8 @@ from actors.raft.messages import (
 from actors.raft.progress import Progress, ProgressState
 
 __all__ = [
-    "LEADER_CHANGE", "Append", "BatchReader", "Config", "HardState", "InstallStart", "LogState",
-    "LogView", "LogWrite", "Message", "MsgType", "NodeId", "Progress", "ProgressState",
-    "RaftMachine", "Range", "Ready", "Role", "SoftState", "Status", "TruncateAfter",
+    "LEADER_CHANGE", "AdvanceStart", "Append", "BatchReader", "Config", "HardState",
+    "InstallStart", "LogState", "LogView", "LogWrite", "Message", "MsgType", "NodeId",
+    "Progress", "ProgressState", "RaftMachine", "Range", "Ready", "Role", "SoftState", "Status",
+    "TruncateAfter",
 ]

@@ -20,23 +20,45 @@ before one sync get one answer; a duplicate of what is synced already is answere
         |            |            |               |
     Append       Append       Append        MsgAppResp 20    ack_pending 20 -> answered
 
+The entry just before the log start (its anchor, `log_start - 1`) matches whatever term the
+log kept for it: a log start moves only below the commit, so that entry is committed and in
+every leader's log alike. A log whose start moved before a restart that did not keep the
+term there reads it as 0; checking the term would reject the leader's match point there for
+good, when the whole log after it diverges. A leader whose own start forgot it sends prev
+term 0 there: holding the append's first entry with its term proves the match as well.
+
 Heartbeats carry the commit offset clipped to what the leader knows we match; an install
 (MsgSnap) restarts the log at the leader's log start when ours does not reach it.
+
+The leader's log start comes with its appends and heartbeats (`log_start`, as in Kafka's
+fetch answers): the follower moves its own start up to it, never past its commit + 1 (what
+it knows is the leader's log too), with an `AdvanceStart` write; every answer says where the
+follower's start is.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from actors.raft.messages import Append, InstallStart, Message, MsgType, Range, TruncateAfter
+from actors.raft.messages import (
+    AdvanceStart,
+    Append,
+    InstallStart,
+    Message,
+    MsgType,
+    Range,
+    TruncateAfter,
+)
 
 if TYPE_CHECKING:
     from actors.raft.machine import RaftMachine
 
-__all__ = ["handle_append", "handle_heartbeat", "handle_install", "maybe_ack"]
+__all__ = ["follow_log_start", "handle_append", "handle_heartbeat", "handle_install",
+           "maybe_ack"]
 
 
 def handle_append(r: RaftMachine, m: Message) -> None:
+    _note_leader_start(r, m)
     prev, prev_term, ranges = m.offset, m.log_term, m.ranges
     if prev < r.commit:
         if not ranges or ranges[-1].last <= r.commit:
@@ -44,10 +66,12 @@ def handle_append(r: RaftMachine, m: Message) -> None:
             return
         prev, prev_term, ranges = _skip_committed(ranges, r.commit)
     log = r.log
-    if log.term_at(prev) != prev_term:
+    if not _holds(r, prev, prev_term, ranges):
         hint, hint_term = log.find_conflict_by_term(min(prev, log.last_offset), prev_term)
+        follow_log_start(r)
         r.send(Message(MsgType.MsgAppResp, m.sender, r.id, r.term, offset=prev,
-                       log_term=hint_term, reject=True, hint=hint))
+                       log_term=hint_term, reject=True, hint=hint,
+                       log_start=log.log_start))
         return
     for i, rg in enumerate(ranges):
         first = log.first_mismatch(rg)
@@ -65,6 +89,18 @@ def handle_append(r: RaftMachine, m: Message) -> None:
     _accept(r, ranges[-1].last if ranges else prev, m.commit)
 
 
+def _holds(r: RaftMachine, prev: int, prev_term: int, ranges: tuple[Range, ...]) -> bool:
+    """Whether our log holds the leader's entry at `prev` (its term `prev_term`). The entry
+    before our log start is committed, so it is the leader's, whatever term we kept for it
+    (module docstring). And where the leader's own log start forgot the term before it
+    (`prev_term` 0), holding the leader's next entry is enough: the same offset and term is
+    the same entry after the same prefix (log matching)."""
+    log = r.log
+    if prev == log.log_start - 1 or log.term_at(prev) == prev_term:
+        return True
+    return bool(ranges) and ranges[0].base == prev + 1 and log.term_at(prev + 1) == ranges[0].term
+
+
 def _skip_committed(ranges: tuple[Range, ...],
                     commit: int) -> tuple[int, int, tuple[Range, ...]]:
     """The part of `ranges` after `commit` (at a batch boundary: commits always are), and the
@@ -78,20 +114,24 @@ def _skip_committed(ranges: tuple[Range, ...],
 
 
 def handle_heartbeat(r: RaftMachine, m: Message) -> None:
+    _note_leader_start(r, m)
     commit = min(m.commit, r.log.last_offset)
     if commit > r.commit:
         r.commit = commit
-    r.send(Message(MsgType.MsgHeartbeatResp, m.sender, r.id, r.term))
+    follow_log_start(r)
+    r.send(Message(MsgType.MsgHeartbeatResp, m.sender, r.id, r.term,
+                   log_start=r.log.log_start))
     if m.quiesce:
         r.quiesced = True  # the leader has nothing to send until its next proposal
 
 
 def handle_install(r: RaftMachine, m: Message) -> None:
-    """MsgSnap: the leader's log starts after `m.offset`, which has term `m.log_term`."""
+    """MsgSnap: the leader's log starts after `m.offset`, which has term `m.log_term`; its
+    first entry is `m.ranges[0]`, if it has one."""
     before_start = m.offset
     if before_start <= r.commit:
         _accept(r, r.commit, m.commit)
-    elif r.log.term_at(before_start) == m.log_term:
+    elif _holds(r, before_start, m.log_term, m.ranges):
         _accept(r, before_start, m.commit)
     else:
         r.log.restart(before_start + 1, m.log_term)
@@ -111,7 +151,22 @@ def _accept(r: RaftMachine, upto: int, leader_commit: int) -> None:
     commit = min(leader_commit, r.leader_match)
     if commit > r.commit:
         r.commit = commit
+    follow_log_start(r)
     maybe_ack(r)
+
+
+def _note_leader_start(r: RaftMachine, m: Message) -> None:
+    if m.log_start > r.leader_log_start:
+        r.leader_log_start = m.log_start
+
+
+def follow_log_start(r: RaftMachine) -> None:
+    """Move the log start up to the leader's, as far as the commit allows: what is below
+    the leader's start and at or below our commit is committed, so gone from its log too."""
+    start = min(r.leader_log_start, r.commit + 1)
+    if start > r.log.log_start:
+        r.log.set_log_start(start)
+        r.log_writes.append(AdvanceStart(start))
 
 
 def maybe_ack(r: RaftMachine) -> None:
@@ -120,7 +175,8 @@ def maybe_ack(r: RaftMachine) -> None:
         return
     ackable = min(r.log.flushed_offset, r.leader_match)
     if ackable >= r.ack_pending or ackable > r.ack_sent:
-        r.send(Message(MsgType.MsgAppResp, r.leader, r.id, r.term, offset=ackable))
+        r.send(Message(MsgType.MsgAppResp, r.leader, r.id, r.term, offset=ackable,
+                       log_start=r.log.log_start))
         r.ack_sent = ackable
         if ackable >= r.ack_pending:
             r.ack_due = False

@@ -12,6 +12,9 @@ term), never one per batch:
 How much one follower gets is its Progress's business (progress.py): everything from `next`
 in replicate state, within the in-flight window, one probe at a time in probe state. A
 follower whose `next` fell below the log start gets MsgSnap (restart at my log start).
+Every append and heartbeat carries the leader's log start, and every answer the follower's
+(messages.py): a follower moves its start up to the leader's, and `Progress.log_start` says
+how far each one has.
 
 The commit offset is the quorum offset of the followers' matches and the leader's own flushed
 offset, and moves only onto an entry of the current term (figure 8 of the Raft paper: an
@@ -73,7 +76,7 @@ def _send_append(r: RaftMachine, to: NodeId, force: bool) -> bool:
                                          and pr.sent_commit < pr.next - 1):
         return False  # nothing to send, and the follower's commit is as far as it can go
     r.send(Message(MsgType.MsgApp, to, r.id, r.term, offset=prev, log_term=prev_term,
-                   ranges=ranges, commit=commit))
+                   ranges=ranges, commit=commit, log_start=log.log_start))
     pr.sent_append(ranges[-1].last if ranges else None, size)
     pr.sent_commit = commit
     return True
@@ -82,9 +85,13 @@ def _send_append(r: RaftMachine, to: NodeId, force: bool) -> bool:
 def _send_install(r: RaftMachine, to: NodeId, pr: Progress) -> bool:
     if not pr.recent_active:
         return False  # not to a follower that answers nothing: wait for it to come back
-    start = r.log.log_start
+    log = r.log
+    start = log.log_start
+    # Our first entry, if any: a follower that holds it matches our log up to there, even
+    # where we do not know the term before our start (follower.py).
+    first = () if start > log.last_offset else (Range(start, start, log.term_at(start) or 0),)
     r.send(Message(MsgType.MsgSnap, to, r.id, r.term, offset=start - 1,
-                   log_term=r.log.term_at(start - 1) or 0, commit=r.commit))
+                   log_term=log.term_at(start - 1) or 0, ranges=first, commit=r.commit))
     pr.sent_install(start)
     return True
 
@@ -98,7 +105,7 @@ def broadcast_heartbeat(r: RaftMachine, quiesce: bool = False) -> None:
         # Never past its match: the follower may not hold our log beyond it.
         match = r.progress[p].match
         r.send(Message(MsgType.MsgHeartbeat, p, r.id, r.term, commit=min(match, r.commit),
-                       quiesce=quiesce))
+                       quiesce=quiesce, log_start=r.log.log_start))
 
 
 def leader_acked(r: RaftMachine) -> None:
@@ -129,6 +136,11 @@ def step_leader(r: RaftMachine, m: Message) -> None:
     t = m.type
     if m.term:
         pr.recent_active = True
+    if m.log_start >= 0:  # an answer: where the follower's log starts now
+        took_start = pr.log_start < r.log.log_start <= m.log_start
+        pr.log_start = m.log_start
+        if took_start and m.sender == r.transferee and _can_take_over(r, pr):
+            r.send(Message(MsgType.MsgTimeoutNow, m.sender, r.id, r.term))
     if t == MsgType.MsgAppResp:
         _handle_append_resp(r, m, pr)
     elif t == MsgType.MsgHeartbeatResp:
@@ -165,8 +177,14 @@ def _handle_append_resp(r: RaftMachine, m: Message, pr: Progress) -> None:
         _want_all(r)
     else:
         r.want_append.setdefault(m.sender, False)
-    if m.sender == r.transferee and pr.match == r.log.last_offset:
+    if m.sender == r.transferee and _can_take_over(r, pr):
         r.send(Message(MsgType.MsgTimeoutNow, m.sender, r.id, r.term))
+
+
+def _can_take_over(r: RaftMachine, pr: Progress) -> bool:
+    """Whether a transferee has all we have: our whole log, and our log start (else records
+    DeleteRecords or retention removed here would be served again)."""
+    return pr.match == r.log.last_offset and pr.log_start >= r.log.log_start
 
 
 def _transfer(r: RaftMachine, to: NodeId, pr: Progress) -> None:
@@ -174,7 +192,7 @@ def _transfer(r: RaftMachine, to: NodeId, pr: Progress) -> None:
         return
     r.transferee = to
     r.election_elapsed = 0  # it has one election timeout to finish
-    if pr.match == r.log.last_offset:
+    if _can_take_over(r, pr):
         r.send(Message(MsgType.MsgTimeoutNow, to, r.id, r.term))
     else:
         r.want_append[to] = True

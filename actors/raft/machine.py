@@ -39,7 +39,8 @@ Roles and how they change (every transition goes through one `become_*` that set
   MsgTimeoutNow; the transferee campaigns at once, without pre-vote, its votes marked
   `transfer` so that followers' leases let them through. Abandoned after an election timeout.
 - Quiescence (`Config.quiesce`, after CockroachDB): an idle group stops ticking. A leader
-  whose log is committed, synced and matched by every follower sends, at its next heartbeat,
+  whose log is committed, synced and matched by every follower, its log start taken by
+  each (follower.py), sends, at its next heartbeat,
   one more marked `quiesce` and goes quiet: no heartbeats, no check-quorum. A follower that
   takes it goes quiet too: no election clock, so its lease holds and it refuses others'
   votes. What keeps that safe to leave is outside: the orchestrator hears each peer's host
@@ -164,6 +165,7 @@ class RaftMachine:
         self.ack_pending = -1  # accepted appends up to here want an answer
         self.ack_due = False
         self.ack_sent = -1
+        self.leader_log_start = -1  # the highest log start a leader told us (follower.py)
         # output, gathered until ready()
         self.msgs: list[Message] = []
         self.log_writes: list[LogWrite] = []
@@ -221,15 +223,17 @@ class RaftMachine:
 
     def _idle(self) -> bool:
         """A leader with nothing to do until the next proposal: everything it holds is
-        committed and synced, here and on every follower, each heard from since the last
+        committed and synced, here and on every follower (which has taken its log start, so
+        a DeleteRecords waiting on that is answered), each heard from since the last
         check-quorum round (a leader woken because it lost touch stays awake until it hears
         them again, or check-quorum steps it down)."""
         if (not self.config.quiesce or self.transferee is not None or self.msgs
                 or self.want_append):
             return False
         last = self.log.last_offset
+        start = self.log.log_start
         return (self.commit == last and self.log.flushed_offset == last
-                and all(pr.match == last and pr.recent_active
+                and all(pr.match == last and pr.recent_active and pr.log_start >= start
                         for pr in self.progress.values()))
 
     def _wakes(self, m: Message) -> bool:
@@ -276,9 +280,14 @@ class RaftMachine:
 
     def set_log_start(self, offset: int) -> None:
         """Retention or DeleteRecords removed every batch below `offset` (only committed
-        offsets may go: a follower that needs them gets an install of the new start)."""
+        offsets may go: a follower that needs them gets an install of the new start). A
+        leader tells its followers at once, so that they remove them too (follower.py)."""
         assert offset <= self.commit + 1, (offset, self.commit)
         self.log.set_log_start(offset)
+        if self.role == Role.Leader:
+            self.wake()
+            for p in self.peers:
+                self.want_append[p] = True
         # An append gathered for the next Ready that names what is gone cannot be sent:
         # withdraw it and probe its follower again (it gets an install if it needs one).
         for m in [m for m in self.msgs

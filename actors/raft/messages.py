@@ -15,16 +15,28 @@ passed through the machine untouched to the follower's `Append` write).
     MsgVote            T      candidate's last    its term      transfer: bypass the lease
     MsgPreVoteResp     T*     -                   -             reject
     MsgVoteResp        T*     -                   -             reject
-    MsgApp             T      prev offset         prev term     ranges, commit, payload
+    MsgApp             T      prev offset         prev term     ranges, commit, payload,
+                                                                log_start (the leader's)
     MsgAppResp         T      acked (flushed)     hint term     reject: offset = rejected
-                              offset                            prev, hint = hint offset
+                              offset                            prev, hint = hint offset;
+                                                                log_start (the follower's)
     MsgHeartbeat       T      -                   -             commit, quiesce: stop
-                                                                the election clock (idle)
-    MsgHeartbeatResp   T      -                   -             -
-    MsgSnap            T      log start - 1       its term      commit: "restart your log here"
+                                                                the election clock (idle),
+                                                                log_start (the leader's)
+    MsgHeartbeatResp   T      -                   -             log_start (the follower's)
+    MsgSnap            T      log start - 1       its term      commit: "restart your log
+                                                                here", ranges: its first
+                                                                entry (offset, term) if any
     MsgTimeoutNow      T      -                   -             the transferee campaigns now
 
     T*: a granted (pre)vote answers with the request's term, a rejection with the voter's.
+
+`log_start` replicates the log start as Kafka's fetches do (its leader's logStartOffset in a
+fetch answer, the follower's in the next fetch): a follower moves its own start up to the
+leader's (never past its commit: `AdvanceStart`), so records DeleteRecords or retention
+removed stay removed after a failover; the leader learns how far each follower's start is
+(DeleteRecords answers once every live replica's is past it, Kafka's low watermark). -1: not
+said.
 
 Node ids are opaque hashables (ints, `(node, shard)` tuples); `None` means "nobody".
 """
@@ -36,8 +48,9 @@ from collections.abc import Hashable
 from typing import Any, NamedTuple
 
 __all__ = [
-    "LEADER_CHANGE", "Append", "HardState", "InstallStart", "LogState", "LogWrite", "Message",
-    "MsgType", "NodeId", "Range", "Ready", "Role", "SoftState", "TruncateAfter",
+    "LEADER_CHANGE", "AdvanceStart", "Append", "HardState", "InstallStart", "LogState",
+    "LogWrite", "Message", "MsgType", "NodeId", "Range", "Ready", "Role", "SoftState",
+    "TruncateAfter",
 ]
 
 NodeId = Hashable
@@ -97,6 +110,7 @@ class Message(NamedTuple):
     hint: int = -1
     transfer: bool = False
     quiesce: bool = False
+    log_start: int = -1
     payload: Any = None  # the batches' bytes, attached and read by the orchestrator only
 
 
@@ -156,7 +170,16 @@ class InstallStart(NamedTuple):
     prev_term: int
 
 
-LogWrite = Append | TruncateAfter | InstallStart
+class AdvanceStart(NamedTuple):
+    """Remove every batch below `offset`, as DeleteRecords or retention would: a follower
+    takes its leader's log start (everything below it is committed, so in every log alike;
+    never past this log's commit + 1). Kafka's follower moves its logStartOffset up to the
+    one in its leader's fetch answers the same way."""
+
+    offset: int
+
+
+LogWrite = Append | TruncateAfter | InstallStart | AdvanceStart
 
 
 class Ready(NamedTuple):

@@ -77,7 +77,7 @@ class Progress:
     """One follower as its leader tracks it."""
 
     __slots__ = ("match", "next", "state", "paused", "recent_active", "sent_commit",
-                 "inflights", "probe_last", "probe_bytes")
+                 "inflights", "probe_last", "probe_bytes", "log_start")
 
     def __init__(self, next_offset: int, messages_max: int, bytes_max: int) -> None:
         self.match = -1  # acknowledged: the follower flushed the leader's log up to here
@@ -89,6 +89,7 @@ class Progress:
         self.inflights = Inflights(messages_max, bytes_max)
         self.probe_last: int | None = None  # the last offset the outstanding probe named
         self.probe_bytes = 0
+        self.log_start = -1  # where the follower's log starts, as its last answer said
 
     def become_probe(self) -> None:
         self.state = ProgressState.Probe

@@ -53,15 +53,15 @@ def _to_wire(m: Message, frames: list[Any]) -> list[Any]:
     ranges = [n for r in m.ranges for n in r]
     to, sender = cast(tuple[int, int], m.to), cast(tuple[int, int], m.sender)
     return [int(m.type), *to, *sender, m.term, m.offset, m.log_term, ranges, m.commit,
-            m.reject, m.hint, m.transfer, m.quiesce, payload]
+            m.reject, m.hint, m.transfer, m.quiesce, m.log_start, payload]
 
 
 def _from_wire(value: list[Any], frames: list[Any]) -> Message:
     (kind, to_node, to_shard, from_node, from_shard, term, offset, log_term, flat, commit,
-     reject, hint, transfer, quiesce, payload) = value
+     reject, hint, transfer, quiesce, log_start, payload) = value
     ranges = tuple(Range(flat[i], flat[i + 1], flat[i + 2]) for i in range(0, len(flat), 3))
     return Message(_TYPES[kind], (to_node, to_shard), (from_node, from_shard), term, offset,
-                   log_term, ranges, commit, reject, hint, transfer, quiesce,
+                   log_term, ranges, commit, reject, hint, transfer, quiesce, log_start,
                    None if payload < 0 else frames[payload])
 
 

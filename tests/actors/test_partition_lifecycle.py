@@ -1,4 +1,5 @@
-"""A partition deleted, or its shard stopped, while an fdatasync is in flight.
+"""A partition deleted, or its shard stopped, while an fdatasync is in flight; and a log
+start that retention or DeleteRecords moved, across a restart.
 
 The flush runs on the I/O pool with the log's fds, so the log may close only once it has
 returned: before, the delete tripped `close() with a flush ticket outstanding` and left the
@@ -16,11 +17,20 @@ from typing import Any
 import pytest
 
 from actors.metrics import ShardMetrics
-from actors.partition import Delete, Partition, PartitionInfo, Produce, ProduceResult
+from actors.partition import (
+    Delete,
+    DeleteRecords,
+    Partition,
+    PartitionInfo,
+    Produce,
+    ProduceResult,
+)
 from actors.services import BrokerSettings
 from actors.topic_config import TopicSettings
 from actors.watermarks import Watermarks
 from shards.watch import WatchService
+from storage import DiskLog, LogConfig
+from tests.storage.batches import make_batch, make_records
 from tests.support.actor_loop import actor_loop, settle
 from tests.support.io_pool import pool_call
 from wire.errors import ErrorCode
@@ -159,3 +169,53 @@ def test_delete_while_removed_segments_wait_their_delay_closes_them(
     settle(loop, lambda: not ref.is_alive())
     services.release()
     assert not any(str(trash) in path for path in open_fds())
+
+
+def epochs_log(directory: Path) -> int:
+    """A log of three segments, one an epoch (3, 4, 5; a new epoch rolls a segment), of
+    three 2-record batches each: offsets 0-5, 6-11 and 12-17. The active segment's size."""
+    log = DiskLog.open(directory, LogConfig())
+    for epoch in (3, 3, 3, 4, 4, 4, 5, 5, 5):
+        records, headers = make_records(make_batch([1000, 1001]))
+        log.append(records, headers, epoch, 0)
+    log.flush()
+    assert log.segment_base_offsets == [0, 6, 12]
+    size = log.summaries()[-1].size
+    log.close()
+    return size
+
+
+@pytest.mark.parametrize("how", ["retention", "delete_records"])
+def test_the_epoch_before_a_moved_log_start_survives_a_restart(
+    loop: asyncio.AbstractEventLoop, tmp_path: Path, how: str
+) -> None:
+    """Issue 26, item 5: retention removed the head segments and moved the log start, but
+    only DeleteRecords wrote it down with the epoch before it; reopened, the log started at
+    its first segment left and that epoch was lost (a Raft follower read it as 0)."""
+    directory = tmp_path / "t-0"
+    active_bytes = epochs_log(directory)
+    services = HeldServices(tmp_path)
+    services.settings = BrokerSettings(0, "127.0.0.1", 9092, str(tmp_path), "cluster",
+                                       log_cleanup_interval_ms=20)
+    settings = TopicSettings(segment_bytes=1 << 20, segment_ms=1 << 40,
+                             max_message_bytes=1 << 20, log_append_time=False,
+                             write_caching=False, file_delete_delay_ms=0,
+                             retention_bytes=active_bytes if how == "retention" else -1)
+    ref = Partition.start("t", 0, TOPIC_ID, directory, settings, services)
+    replies: list[tuple[ErrorCode, int]] = []
+    if how == "delete_records":
+        ref.tell(DeleteRecords(12, replies.append))  # a segment boundary: the head goes whole
+    for _ in range(20):  # retention's or DeleteRecords' jobs, one held job at a time
+        settle(loop, lambda: bool(services.held))
+        services.release()
+        if not any(name.endswith(".log") and not name.startswith("00000000000000000012")
+                   for name in os.listdir(directory)):
+            break
+    assert replies == ([(ErrorCode.NONE, 12)] if how == "delete_records" else [])
+    ref.stop(block=False)
+    settle(loop, lambda: not ref.is_alive())
+    services.release()
+    reopened = DiskLog.open(directory, LogConfig())
+    assert reopened.segment_base_offsets == [12]
+    assert (reopened.log_start_offset, reopened.epoch_before_start) == (12, 4)
+    reopened.close()

@@ -17,6 +17,7 @@ from typing import Any, NamedTuple
 
 from actors.raft import (
     LEADER_CHANGE,
+    AdvanceStart,
     Append,
     Config,
     HardState,
@@ -190,12 +191,14 @@ class Node:
         self.machine.advance()
         return out
 
-    def apply_write(self, w: Append | TruncateAfter | InstallStart) -> None:
+    def apply_write(self, w: Append | TruncateAfter | InstallStart | AdvanceStart) -> None:
         log = self.written
         if isinstance(w, TruncateAfter):
             log.truncate_after(w.offset)
         elif isinstance(w, InstallStart):
             self.written = ModelLog(w.log_start, w.prev_term)
+        elif isinstance(w, AdvanceStart):  # durable with the next sync (a checkpoint)
+            log.set_start(w.offset)
         elif isinstance(w.payload, tuple):  # a follower's: the batches of a MsgApp
             first, last = w.ranges[0].base, w.ranges[-1].last
             batches = [b for b in w.payload if first <= b.base and b.last <= last]

@@ -23,6 +23,9 @@ of comparing (then read the diff). Commands (node ids are 1..n):
     isolate N | heal              drop every message to or from N (queued ones too) / stop
     crash N | restart N           lose what is not synced / start from what is
     set-log-start N OFFSET        retention: the log starts at OFFSET (a batch boundary)
+    set-log N start=S prev=T runs=O@T,... last=L [commit=C] [term=T]
+                                  restart N from this synced log (LogState(S, T, runs, L):
+                                  one batch a run), commit offset and hard-state term
     wake N [lost]                 end a quiesced node's quiet (`lost`: the host lost touch)
     status N | raft-log N
     ... quiet                     (after any command) run it, print only "ok"
@@ -39,6 +42,7 @@ from typing import Any
 
 from actors.raft import (
     LEADER_CHANGE,
+    AdvanceStart,
     Append,
     HardState,
     InstallStart,
@@ -73,6 +77,8 @@ def format_message(m: Message) -> str:
         s += f" Start:{m.offset + 1} Prev:{m.offset}/{m.log_term} Commit:{m.commit}"
     if m.reject and t != MsgType.MsgAppResp:
         s += " Rejected"
+    if m.log_start > 0:  # a log start retention or DeleteRecords moved (0: none did)
+        s += f" LogStart:{m.log_start}"
     return s
 
 
@@ -92,6 +98,8 @@ def format_ready(rd: Ready) -> list[str]:
             out.append(f"TruncateAfter {w.offset}")
         elif isinstance(w, InstallStart):
             out.append(f"InstallStart {w.log_start} Prev:{w.prev_term}")
+        elif isinstance(w, AdvanceStart):
+            out.append(f"AdvanceStart {w.offset}")
     if rd.committed is not None:
         out.append(f"Committed:{rd.committed}")
     if rd.messages:
@@ -325,13 +333,34 @@ class Env:
         n.check_view()
         return []
 
+    def cmd_set_log(self, args: list[str]) -> list[str]:
+        old = self.node(args[0])
+        opts = dict(a.split("=") for a in args[1:])
+        last = int(opts["last"])
+        runs = [tuple(int(x) for x in run.split("@")) for run in opts.get("runs", "").split(",")
+                if run]
+        log = ModelLog(int(opts["start"]), int(opts["prev"]))
+        for i, (base, term) in enumerate(runs):
+            end = runs[i + 1][0] - 1 if i + 1 < len(runs) else last
+            log.append(Batch(base, end, term, "init"))
+        assert log.last_offset == last, (log.state(), last)
+        hard = HardState(int(opts.get("term", 0)), None)
+        self.nodes[old.id] = Node(old.config, seed=int(args[0]), log=log, hard_state=hard,
+                                  committed=int(opts.get("commit", -1)),
+                                  use_reader=old.use_reader)
+        self.inbox[old.id] = []
+        return [f"{log.state()}"]
+
     def cmd_status(self, args: list[str]) -> list[str]:
         s = self.node(args[0]).machine.status()
         lines = [f"{s.role} term={s.term} vote={s.vote} leader={s.leader} commit={s.commit} "
                  f"log={s.log_start}..{s.last_offset} flushed={s.flushed_offset}"
                  + (f" transferee={s.transferee}" if s.transferee is not None else "")
                  + (" quiesced" if self.node(args[0]).machine.quiesced else "")]
-        lines.extend(f"{p}: {d}" for p, d in s.progress.items())
+        progress = self.node(args[0]).machine.progress
+        lines.extend(f"{p}: {d}" + (f" start={progress[p].log_start}"
+                                    if progress[p].log_start > 0 else "")
+                     for p, d in s.progress.items())
         return lines
 
     def cmd_wake(self, args: list[str]) -> list[str]:

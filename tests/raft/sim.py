@@ -4,7 +4,8 @@ One seed decides everything: the cluster's size and settings, and each step of a
 (deliver a random message in flight, so in any order, or drop it, or deliver it twice;
 handle a Ready; begin or complete a sync; tick (with quiescence in half the seeds: a host
 that wakes quiet machines which lost touch); propose; cut links or heal them; crash a
-node, losing what it had not synced, and restart it; move a log start; transfer the lead).
+node, losing what it had not synced, and restart it (sometimes with the term before its
+log start forgotten); move a log start; transfer the lead).
 Then a calm phase (links healed, nodes restarted, nothing lost) in which a leader must be
 elected and commit a proposal, and every node learn it, within a bounded number of ticks.
 
@@ -36,6 +37,8 @@ from tests.raft.cluster import Batch, ModelLog, Node, make_config
 CHAOS_STEPS = 10000  # random steps per seed before the calm phase
 CALM_TICKS_MAX = 300  # ticks of calm in which a leader must commit and every node learn it
 CALM_DELIVERY_ROUNDS_MAX = 5000  # message rounds per calm tick before it is called a livelock
+# A restart whose log lost the term of the entry before its start (it reads as 0): how often.
+P_FORGET_START_TERM = 0.2
 
 
 class SimFailure(AssertionError):
@@ -218,6 +221,8 @@ class Sim:
         self.crashes += 1
 
     def restart(self, n: Node) -> None:
+        if n.durable.start > 0 and self.rng.random() < P_FORGET_START_TERM:
+            n.durable.prev_term = 0  # a log start moved by a version that did not keep it
         n.restart()
         self.checker.terms[n.id] = n.machine.term
 

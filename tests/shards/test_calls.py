@@ -16,6 +16,7 @@ from actors.controller import (
     DeleteTopics,
     TopicSpec,
 )
+from actors.raft import Message, MsgType, Range
 from actors.services import TopicInfo, TopicTable
 from actors.topic_config import Operation
 from shards.calls import (
@@ -27,6 +28,7 @@ from shards.calls import (
     info,
     list_offset,
     produce,
+    raft,
     read,
     segments,
     topics,
@@ -99,6 +101,28 @@ def test_a_controller_message_crosses_whole(message: Any) -> None:
     call = controller.ControllerCall(controller._HEADERS.index(type(header)), header)
     body = controller.ControllerCall._make(crossed(call))
     assert controller._HEADERS[body.op].from_wire(body.header).message(print) == message
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        Message(MsgType.MsgApp, (2, 0), (1, 3), 7, 99, 4,
+                (Range(100, 149, 6), Range(150, 150, 7)), 120, log_start=50,
+                payload=b"batches"),
+        Message(MsgType.MsgAppResp, (1, 3), (2, 0), 7, 99, 0, reject=True, hint=99,
+                log_start=100),
+        Message(MsgType.MsgHeartbeat, (2, 0), (1, 3), 7, commit=150, quiesce=True,
+                log_start=60),
+        Message(MsgType.MsgHeartbeatResp, (1, 3), (2, 0), 7, log_start=60),
+        Message(MsgType.MsgVote, (2, 0), (1, 3), 8, 150, 7, transfer=True),
+    ],
+    ids=lambda m: str(m.type),
+)
+def test_a_raft_message_crosses_as_its_fields(message: Message) -> None:
+    frames: list[Any] = []
+    wire = raft._to_wire(message, frames)
+    assert len(frames) == (message.payload is not None)
+    assert raft._from_wire(crossed(wire), frames) == message
 
 
 def test_a_topic_table_crosses_whole() -> None:
