@@ -21,7 +21,10 @@ before one sync get one answer; a duplicate of what is synced already is answere
     Append       Append       Append        MsgAppResp 20    ack_pending 20 -> answered
 
 Heartbeats carry the commit offset clipped to what the leader knows we match; an install
-(MsgSnap) restarts the log at the leader's log start when ours does not reach it.
+(MsgSnap) restarts the log at the leader's log start when ours does not reach it. A write the
+orchestrator could not make (`RaftMachine.log_write_failed`) is answered at once with a
+rejection of the offset we had claimed, hinting where the log really ends: a leader streaming
+to us probes back from what we acknowledged.
 """
 
 from __future__ import annotations

@@ -17,7 +17,9 @@ passed through the machine untouched to the follower's `Append` write).
     MsgVoteResp        T*     -                   -             reject
     MsgApp             T      prev offset         prev term     ranges, commit, payload
     MsgAppResp         T      acked (flushed)     hint term     reject: offset = rejected
-                              offset                            prev, hint = hint offset
+                              offset                            prev (or the end claimed
+                                                                before a failed write),
+                                                                hint = hint offset
     MsgHeartbeat       T      -                   -             commit, quiesce: stop
                                                                 the election clock (idle)
     MsgHeartbeatResp   T      -                   -             -
