@@ -56,3 +56,9 @@ partitions_per_topic_max = 100_000
 # leader.imbalance.check.interval, 300 s there; here seconds, so a restarted node takes its
 # share of leaders back soon after it has caught up).
 preferred_leader_check_timeouts = 5
+
+# Outgoing messages a Raft group holds while its term and vote are not yet durable (a write of
+# them out, or failed and to be retried at the next tick): vote, heartbeat and append answers,
+# small. Past it the oldest go (Raft takes lost messages). A leader's appends are never held:
+# its term and vote were durable before its vote requests left, so before it could win.
+replica_held_messages_max = 1024
