@@ -73,3 +73,9 @@ create_topics_leaders_step_s = 0.02
 # its admin client). A live follower takes it within a round trip; a dead one stops counting
 # after an election timeout.
 delete_records_replicas_wait_ms = 30_000
+
+# Outgoing messages a Raft group holds while its term and vote are not yet durable (a write of
+# them out, or failed and to be retried at the next tick): vote, heartbeat and append answers,
+# small. Past it the oldest go (Raft takes lost messages). A leader's appends are never held:
+# its term and vote were durable before its vote requests left, so before it could win.
+replica_held_messages_max = 1024

@@ -14,29 +14,47 @@ the appends of every produce of a turn leave for each follower as one message:
     unreachable(p)    the transport gave up on p        machine.report_unreachable(p)
           |
     end of turn: while machine.has_ready(): rd = machine.ready()
-          1. rd.log_writes, in order, on the log now: a follower's batches (append_replicated),
+          1. rd.hard_state: saved in the shard's table (actors/hard_state.py).
+          2. rd.log_writes, in order, on the log now: a follower's batches (append_replicated),
              a divergent tail cut (truncate_to), a restart at the leader's log start (reset),
              the leader's log start taken (`host.advance_log_start`), a new leader's
              LEADER_CHANGE control batch. The host is told what to flush (`host.appended`);
              a flush's end comes back as `flushed`.
-          2. rd.hard_state: saved in the shard's table (actors/hard_state.py).
           3. rd.messages: sent only once every hard state saved so far is durable (persist
              before send); an append to a follower carries its batches' bytes, read from the
              log (the leader's own appends: still in the page cache).
           4. rd.committed: the high watermark, committed + 1 (`host.committed`).
           5. rd.soft_state: who leads now (`host.role_changed`).
-          machine.advance()
+          machine.advance(), whatever happened above
 
 An append's bytes are read from the log with `nowait`, as fetches are: near the log's end (a
 follower keeping up) they are in the page cache; a follower far behind makes the leader read
 cold ranges, which the shard's read pool brings in first (storage/page_cache.py), the loop
 never waiting on the disk. (The machine's batch reader, `log_batch_reader`, reads batch
-headers of the same ranges just before: a header read of a cold range can still wait.)
+headers of the same ranges just before: a header read of a cold range can still wait.) An
+append whose batches the log does not hold whole, as its ranges name them, is not sent (a
+new leader's no-op still waiting behind a cut): the follower is probed again. Offsets
+between batches may be missing: compaction drops emptied batches (storage/compaction.py).
+A follower writes an empty batch in each such gap (Kafka's kind, that compaction keeps), so
+its own log goes on batch after batch, as its segments must for recovery.
 
 A cut (truncate or reset) must be durable before the log takes another append
 (storage/replica.py): its ticket runs on the I/O pool, and the log writes behind it wait in
 order until it has. Messages never wait for log writes: the machine only ever acknowledges
-what `flushed` reported.
+what `flushed` reported. A cut that fails leaves the log's contents unknown: the replica
+stops (no answers, no votes) until a restart recovers the log.
+
+Term and vote before messages: every message waits while a hard state of the group is not
+durable, a failed write of it too; it is saved again at the next tick, and the messages leave
+once a write that holds it succeeded (at most `replica_held_messages_max` of them, the
+oldest dropped).
+
+A log write that cannot be made (a disk error; batches that do not continue the log or do
+not match the ranges the machine named) is not retried here. The log stays a prefix of what
+the machine believes, and once every write asked for is made or refused the machine learns
+where it really ends (`log_write_failed`): a follower answers its leader with a rejection
+that makes it probe back, a leader steps down. The machine is never left between `ready()`
+and `advance()`.
 """
 
 from __future__ import annotations
@@ -54,22 +72,26 @@ from actors.raft import (
     LEADER_CHANGE,
     AdvanceStart,
     Append,
+    HardState,
     InstallStart,
     LogWrite,
     Message,
     MsgType,
     RaftMachine,
+    Range,
+    Ready,
     Role,
     SoftState,
     TruncateAfter,
 )
-from storage.log import Log
+from storage.log import Log, OffsetOutOfRange
 from storage.page_cache import NotCached, warm
-from storage.replica import CutTicket
+from storage.replica import CutTicket, NotContiguous
 from wire.record_batch import BatchHeader, iter_batches
-from wire.records import build_batch
+from wire.records import build_batch, rebuild_batch
 
-__all__ = ["Replica", "ReplicaHost", "leader_change_batch", "log_batch_reader", "read_range"]
+__all__ = ["Replica", "ReplicaHost", "leader_change_batch", "log_batch_reader", "read_append",
+           "read_range"]
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +118,9 @@ def log_batch_reader(log_: Log) -> Callable[[int, int, int], tuple[int, int]]:
     """The machine's BatchReader over a log: the last offset of the longest run of whole
     batches from `first` that ends at or before `last` and fits `bytes_max` (at least one
     batch), and its size. (Batch headers are read from the segments: near the log's end,
-    where followers are, they are in the page cache.)"""
+    where followers are, they are in the page cache.) Offsets the log does not hold yet (a
+    new leader's writes still waiting behind a cut) are named whole, unsized, as the machine
+    names a Ready's own writes."""
     def read(first: int, last: int, bytes_max: int) -> tuple[int, int]:
         end, size = first - 1, 0
         for header in log_.iter_batch_headers(first):
@@ -104,7 +128,7 @@ def log_batch_reader(log_: Log) -> Callable[[int, int, int], tuple[int, int]]:
                 break
             size += header.size
             end = header.last_offset
-        return end, size
+        return (end, size) if end >= first else (last, 0)
 
     return read
 
@@ -113,15 +137,37 @@ def read_range(log_: Log, first: int, last: int, nowait: bool = False) -> bytes:
     """The bytes of the whole batches `first..last` (a read stops at a segment's end, so
     one read per segment the range spans). With `nowait`, NotCached (storage/page_cache.py)
     when a part is not in the page cache."""
+    return _read_batches(log_, first, last, nowait)[0]
+
+
+def read_append(log_: Log, first: int, last: int, nowait: bool = False) -> bytes | None:
+    """The bytes of an append naming `first..last`, or None when the log does not hold them
+    whole: the last batch must end at `last`, and none may start before `first` but the one
+    holding the log start (DeleteRecords moves it to any offset). The offsets between may be
+    gaps that compaction left."""
+    data, base, end = _read_batches(log_, first, last, nowait)
+    if base is None or end != last + 1:
+        return None
+    return data if base >= first or first == log_.log_start_offset else None
+
+
+def _read_batches(log_: Log, first: int, last: int, nowait: bool) -> tuple[bytes, int | None,
+                                                                            int]:
+    """read_range's bytes, the first batch's base offset (None: no batch) and the offset
+    after the last batch."""
     parts: list[bytes] = []
+    base = None
     offset = first
     while offset <= last:
         data = log_.read_bytes(offset, 1 << 62, last + 1, nowait)
         if not data:
             break
+        headers = iter_batches(data, check_crc=False)
+        if base is None:
+            base = headers[0].base_offset
         parts.append(data)
-        offset = iter_batches(bytearray(data), check_crc=False)[-1].last_offset + 1
-    return b"".join(parts)
+        offset = headers[-1].last_offset + 1
+    return b"".join(parts), base, offset
 
 
 class ReplicaHost(Protocol):
@@ -170,10 +216,18 @@ class Replica:
         self._store = store
         self._schedule = schedule
         self._scheduled = False
-        self._saving = 0  # hard-state saves not yet durable
-        self._held: list[Message] = []  # messages waiting for those saves
+        # Term and vote: saves handed to the store, numbered; the last one a write completed
+        # (writes complete in order, each holding every save before it).
+        self._saves = 0
+        self._durable = 0
+        self._hard_state: HardState | None = None  # the last one handed to the store
+        self._save_failed = False  # its write failed: saved again at the next tick
+        self._held: collections.deque[Message] = collections.deque()  # waiting for _durable
+        self._dropped = 0  # held messages dropped for the bound, this time
         self._writes: collections.deque[LogWrite] = collections.deque()  # behind a cut
         self._cutting = False
+        self._lost = False  # a log write was not made: the machine is told where the log ends
+        self._write_failing = False  # for the log: said once until a write succeeds again
         self.closed = False
 
     # Inputs -----------------------------------------------------------------------------
@@ -182,6 +236,9 @@ class Replica:
         """`lost`: the peers the host has not heard from for an election timeout. A quiesced
         machine is woken when its leader, or (leading) a quorum of its followers, is among
         them (actors/raft/machine.py, quiescence)."""
+        if self._save_failed and self._hard_state is not None:
+            self._save_failed = False
+            self._save(self._hard_state)
         machine = self.machine
         if machine.quiesced:
             if not lost:
@@ -244,52 +301,102 @@ class Replica:
     def _process(self) -> None:
         self._scheduled = False
         machine = self.machine
-        while not self.closed and machine.has_ready():
-            rd = machine.ready()
+        while not self.closed:
+            if machine.has_ready():
+                self._handle(machine.ready())
+            elif not self._lost or self._cutting:
+                return
+            if self._lost and not self._cutting:
+                # Every write asked for is made or refused, none gathered since: the log
+                # holds what the machine believes up to its end, and no further.
+                self._lost = False
+                machine.log_write_failed(self._host.replica_log().next_offset - 1)
+
+    def _handle(self, rd: Ready) -> None:
+        try:
+            if rd.hard_state is not None:
+                self._save(rd.hard_state)
             for write in rd.log_writes:
                 self._log_write(write)
-            if rd.hard_state is not None:
-                self._saving += 1
-                self._store.save(self.group, rd.hard_state, self._saved)
             if rd.messages:
                 self._send(list(rd.messages))
             if rd.committed is not None:
                 self._host.committed(rd.committed + 1)
             if rd.soft_state is not None:
-                self._host.role_changed(rd.soft_state, machine.term)
-            machine.advance()
+                self._host.role_changed(rd.soft_state, self.machine.term)
+        finally:
+            self.machine.advance()
 
-    def _saved(self, error: BaseException | None) -> None:
-        self._saving -= 1
+    # Term and vote before messages ----------------------------------------------------------
+
+    def _save(self, state: HardState) -> None:
+        self._saves += 1
+        self._hard_state = state
+        number = self._saves
+        self._store.save(self.group, state, lambda error: self._saved(number, error))
+
+    def _saved(self, number: int, error: BaseException | None) -> None:
         if error is not None:
-            # Not durable: what waited on it must not leave (Raft takes lost messages).
-            log.error("%s: term and vote not saved (%s): %d messages dropped", self.group,
-                      error, len(self._held))
-            self._held.clear()
-            self._store.retry()
+            if number > self._durable and not self._save_failed:
+                # Not durable: what waits on it stays held (a crash now would forget the
+                # vote), and the next tick saves it again.
+                self._save_failed = True
+                log.error("%s: term and vote not saved (%s): %d messages held until they are",
+                          self.group, error, len(self._held))
             return
-        if self._saving == 0 and self._held:
-            held, self._held = self._held, []
-            self._host.send(held)
+        self._durable = max(self._durable, number)
+        if self._durable < self._saves:
+            return
+        self._save_failed = False
+        held, self._held = self._held, collections.deque()
+        if self._dropped:
+            log.warning("%s: %d messages dropped while term and vote were not durable",
+                        self.group, self._dropped)
+            self._dropped = 0
+        if held and not self.closed:
+            self._host.send(list(held))
 
     def _send(self, messages: list[Message], attempts: int = 0) -> None:
         nowait = attempts < limits.cold_read_attempts_max
         try:
-            messages = [self._with_payload(m, nowait) for m in messages]
+            messages = [m for m in (self._with_payload(m, nowait, attempts > 0)
+                                    for m in messages) if m is not None]
         except NotCached as miss:
             self._warm_and_send(miss, messages, attempts)
             return
-        if self._saving:
-            self._held.extend(messages)
+        if not messages:
+            return
+        if self._durable < self._saves:
+            self._hold(messages)
         else:
             self._host.send(messages)
 
-    def _with_payload(self, m: Message, nowait: bool) -> Message:
-        """An append to a follower carries the bytes of its ranges, read from the log."""
+    def _hold(self, messages: list[Message]) -> None:
+        held = self._held
+        held.extend(messages)
+        while len(held) > limits.replica_held_messages_max:
+            held.popleft()
+            self._dropped += 1
+
+    def _with_payload(self, m: Message, nowait: bool, late: bool) -> Message | None:
+        """An append to a follower carries the bytes of its ranges, read from the log; None
+        when the log does not hold them (yet, or any more): the follower is probed again.
+        `late`: read after the Ready (a cold read), when only a leader still leading in the
+        append's term is sure its log holds what the ranges named."""
         if m.type != MsgType.MsgApp or not m.ranges or m.payload is not None:
             return m
-        data = read_range(self._host.replica_log(), m.ranges[0].base, m.ranges[-1].last,
-                          nowait)
+        machine = self.machine
+        if late and (machine.role != Role.Leader or machine.term != m.term):
+            return None
+        first, last = m.ranges[0].base, m.ranges[-1].last
+        try:
+            data = read_append(self._host.replica_log(), first, last, nowait)
+        except OffsetOutOfRange:
+            data = None
+        if data is None:
+            log.debug("%s: an append of %d..%d to %s not sent: the log does not hold it",
+                      self.group, first, last, m.to)
+            return None
         return m._replace(payload=data)
 
     def _warm_and_send(self, miss: NotCached, messages: list[Message], attempts: int) -> None:
@@ -312,36 +419,79 @@ class Replica:
             return
         log_ = self._host.replica_log()
         if isinstance(write, Append):
-            self._append(log_, write)
-        elif isinstance(write, TruncateAfter):
-            self._cut(log_.truncate_to(write.offset + 1))
-        elif isinstance(write, InstallStart):
-            self._cut(log_.reset(write.log_start, write.prev_term))
-        elif isinstance(write, AdvanceStart):
-            self._host.advance_log_start(write.offset)
+            try:
+                self._append(log_, write)
+            except Exception as e:  # whatever the reason, the machine must hear of it
+                self._append_failed(write, e)
+            else:
+                self._write_failing = False
+            return
+        try:
+            if isinstance(write, TruncateAfter):
+                self._truncate(log_, write.offset + 1)
+            elif isinstance(write, InstallStart):
+                self._cut(log_.reset(write.log_start, write.prev_term))
+            elif isinstance(write, AdvanceStart):
+                self._host.advance_log_start(write.offset)
+        except Exception:
+            log.critical("%s: %s failed", self.group, write, exc_info=True)
+            self._stop()
+
+    def _append_failed(self, write: Append, error: Exception) -> None:
+        """Nothing of `write` is in the log (storage undoes a part-written append)."""
+        self._lost = True
+        level = logging.DEBUG if self._write_failing else logging.ERROR
+        self._write_failing = True
+        log.log(level, "%s: offsets %d..%d not written (%r): the machine learns where the log "
+                "ends", self.group, write.ranges[0].base, write.ranges[-1].last, error)
 
     def _append(self, log_: Log, write: Append) -> None:
         host = self._host
         if write.payload is None:
             return  # the leader's own batch: written before it was proposed
+        first = write.ranges[0].base
         if write.payload is LEADER_CHANGE:
+            if log_.next_offset != first:
+                raise NotContiguous(f"a no-op at {first} where the log continues at "
+                                    f"{log_.next_offset}")
             me, voters = host.leader_change_ids()
             batch = leader_change_batch(me, voters, host.now_ms())
             headers = iter_batches(batch, check_crc=False)
-            result = log_.append(batch, headers, write.ranges[0].term, host.now_ms())
-            assert result.base_offset == write.ranges[0].base, (result, write)
+            log_.append(batch, headers, write.ranges[0].term, host.now_ms())
             data = batch
         else:
+            if first < log_.next_offset:
+                # The log holds offsets the machine does not (never in Raft's order of
+                # things): they are not its; cut them, then write.
+                self._truncate(log_, first)
+                self._log_write(write)
+                return
+            if first > log_.next_offset:
+                raise NotContiguous(f"offsets from {first} where the log continues at "
+                                    f"{log_.next_offset}")
             data = bytearray(write.payload)
-            headers = iter_batches(data, check_crc=False)
             # The message's batches from the first the machine asks for (it names only what
             # continues our log: a retransmission's head is already here).
-            start = max(write.ranges[0].base, log_.next_offset)
-            headers = [h for h in headers if h.base_offset >= start]
-            if not headers:
-                return
+            headers = [h for h in iter_batches(data, check_crc=False) if h.last_offset >= first]
+            _check_matches(headers, write)
+            data, headers = _fill_gaps(data, headers, write.ranges)
             log_.append_replicated(data, headers, host.now_ms())
         host.appended(log_.next_offset - 1, headers, data)
+
+    def _truncate(self, log_: Log, cut: int) -> None:
+        """Cut the log from `cut`, which is past the machine's commit."""
+        if cut >= log_.next_offset:
+            return  # it ends there already: a write before this one was not made
+        header = next(log_.iter_batch_headers(cut))
+        if header.base_offset < cut:
+            # Inside a batch: this log and the leader's differ where the machine believes
+            # they match (two incarnations of a topic under one group name). Cut the whole
+            # batch.
+            log.error("%s: a cut at %d falls inside the batch %d..%d: cut from %d", self.group,
+                      cut, header.base_offset, header.last_offset, header.base_offset)
+        self._cut(log_.truncate_to(header.base_offset))  # in a gap: from the batch after it
+        if log_.next_offset < cut:
+            self._lost = True  # the machine learns where the log now ends
 
     def _cut(self, ticket: CutTicket) -> None:
         self._cutting = True
@@ -351,13 +501,79 @@ class Replica:
             if self.closed:
                 return
             if error is not None:
-                log.error("%s: a cut of the log was not made durable: %r", self.group, error)
-                return  # the log refuses appends from here; the partition goes offline
+                log.critical("%s: a cut of the log was not made durable: %r", self.group,
+                             error)
+                self._stop()
+                return
             self._host.replica_log().cut_complete(ticket)
             self._cutting = False
             while self._writes and not self._cutting:
                 self._log_write(self._writes.popleft())
             if not self._cutting:
                 self._host.cut_complete()
+                if self._lost:
+                    self._soon()
 
         self._host.run_io(ticket.run, done)
+
+    def _stop(self) -> None:
+        """What the log holds is unknown (a cut failed): the log refuses appends, and this
+        replica answers and votes no more, lest it lead on a log it does not have, until a
+        restart reopens the log and recovers it."""
+        log.critical("%s: replica stopped until a restart", self.group)
+        self._writes.clear()
+        self.closed = True
+
+
+def _check_matches(headers: list[BatchHeader], write: Append) -> None:
+    """The batches are what the machine's ranges name: none starts before the first range
+    (one that does means this log ends inside a batch of the leader's), each has the term of
+    its range, and the last ends where the ranges end. Else NotContiguous, nothing written."""
+    ranges = write.ranges
+    if not headers or headers[0].base_offset < ranges[0].base or (
+            headers[-1].last_offset != ranges[-1].last):
+        span = f"{headers[0].base_offset}..{headers[-1].last_offset}" if headers else "none"
+        raise NotContiguous(f"batches {span} for offsets {ranges[0].base}..{ranges[-1].last}")
+    i = 0
+    for h in headers:
+        while ranges[i].last < h.base_offset:
+            i += 1
+        if h.last_offset > ranges[i].last or h.partition_leader_epoch != ranges[i].term:
+            raise NotContiguous(f"batch {h.base_offset}..{h.last_offset} of epoch "
+                                f"{h.partition_leader_epoch} against {ranges[i]}")
+
+
+def _fill_gaps(data: bytearray, headers: list[BatchHeader],
+               ranges: tuple[Range, ...]) -> tuple[bytearray, list[BatchHeader]]:
+    """The batches, the offsets of the ranges that compaction left out of the leader's log
+    filled with one empty batch per gap, Kafka's kind that compaction keeps, in the term the
+    ranges give those offsets. A follower's log goes on batch after batch: its segments roll
+    where the leader's did not, and recovery needs each to start where the one before ends
+    (storage/recovery.py)."""
+    expected = ranges[0].base
+    gaps = False
+    for h in headers:
+        gaps = gaps or h.base_offset != expected
+        expected = h.next_offset
+    if not gaps:
+        return data, headers
+    out = bytearray()
+    expected = ranges[0].base
+    for h in headers:
+        if h.base_offset > expected:
+            out += gap_batch(expected, h.base_offset - 1, _term_at(ranges, expected))
+        out += data[h.position:h.position + h.size]
+        expected = h.next_offset
+    return out, iter_batches(out, check_crc=False)
+
+
+def gap_batch(base_offset: int, last_offset: int, epoch: int) -> bytearray:
+    """An empty batch standing for `base_offset..last_offset`: no records, no producer, no
+    timestamp (clients skip it, as they skip the empty batches compaction keeps)."""
+    header = BatchHeader(0, base_offset, 0, epoch, 2, 0, 0, last_offset - base_offset, -1, -1,
+                         -1, -1, -1, 0)
+    return rebuild_batch(header, [])
+
+
+def _term_at(ranges: tuple[Range, ...], offset: int) -> int:
+    return next(r.term for r in ranges if offset <= r.last)

@@ -10,6 +10,7 @@ term)` ranges, never bytes. The orchestrator (the Partition actor) drives it:
     m.propose(records, payload)    leader: a batch appended -> its Range, or None
     m.flushed(offset, term)        its log is synced up to offset (term: the batch's there)
     m.set_log_start(offset)        retention or DeleteRecords removed what is below offset
+    m.log_write_failed(last)       a write it asked for was not made: the log ends at last
     if m.has_ready():
         rd = m.ready()             persist rd.hard_state; apply rd.log_writes; send
         ...                        rd.messages (attach bytes to MsgApp ranges); publish

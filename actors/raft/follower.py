@@ -34,6 +34,10 @@ The leader's log start comes with its appends and heartbeats (`log_start`, as in
 fetch answers): the follower moves its own start up to it, never past its commit + 1 (what
 it knows is the leader's log too), with an `AdvanceStart` write; every answer says where the
 follower's start is.
+
+A write the orchestrator could not make (`RaftMachine.log_write_failed`) is answered at once
+with a rejection of the offset we had claimed, hinting where the log really ends: a leader
+streaming to us probes back from what we acknowledged.
 """
 
 from __future__ import annotations

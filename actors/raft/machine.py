@@ -50,6 +50,10 @@ Roles and how they change (every transition goes through one `become_*` that set
   from a quorum before check-quorum steps it down. A proposal, a transfer or any message
   that asks for work wakes a group (a vote from the follower's own leader: that leader lost
   its lead, so the lease is over). Waking changes timers only: no safety rule depends on it.
+- A log write the orchestrator could not make (`log_write_failed(last)`: a disk error, or
+  batches that do not continue its log) stays inside the contract: the machine forgets what
+  it believed past the log's real end (none of it was flushed, so none acknowledged); a
+  follower rejects at once with that end as its hint, a leader steps down.
 - Static replica sets: no membership changes.
 """
 
@@ -343,12 +347,41 @@ class RaftMachine:
         else:
             maybe_ack(self)
 
+    def log_write_failed(self, last_offset: int) -> None:
+        """The orchestrator could not make a log write it was asked (a disk error, or bytes
+        that do not continue its log): its log holds this machine's entries up to
+        `last_offset` only, every write asked before now made or refused. What lies past it is
+        forgotten; none of it was flushed, so none of it was acknowledged. A follower answers
+        its leader at once with a rejection whose hint is where its log really ends (the leader
+        probes back from its last acknowledged offset); a leader steps down: it may have been
+        elected on entries it turns out not to hold."""
+        log = self.log
+        last_offset = max(last_offset, log.log_start - 1)
+        if last_offset >= log.last_offset:
+            return
+        claimed = log.last_offset
+        log.truncate_after(last_offset)
+        # Known commit never past the log (handle_append relies on it); what the leader
+        # committed comes back with its appends. The orchestrator, told more already, is
+        # told nothing until the commit passes that again (ready()).
+        self.commit = min(self.commit, last_offset)
+        if self.role == Role.Leader:
+            self.become_follower(self.term, None)
+            return
+        self.leader_match = min(self.leader_match, last_offset)
+        self.ack_pending = min(self.ack_pending, last_offset)
+        self.ack_sent = min(self.ack_sent, last_offset)
+        if self.leader is not None:
+            self.send(Message(MsgType.MsgAppResp, self.leader, self.id, self.term,
+                              offset=claimed, log_term=log.last_term, reject=True,
+                              hint=last_offset))
+
     # ------------------------------------------------------------------------ output
 
     def has_ready(self) -> bool:
         if self.want_append:
             send_pending_appends(self)
-        return bool(self.msgs or self.log_writes or self.commit != self._prev_commit
+        return bool(self.msgs or self.log_writes or self.commit > self._prev_commit
                     or self.term != self._prev_term or self.vote != self._prev_vote
                     or self.leader != self._prev_leader or self.role != self._prev_role)
 
@@ -364,8 +397,9 @@ class RaftMachine:
         if self.leader != self._prev_leader or self.role != self._prev_role:
             soft = SoftState(self.leader, self.role)
             self._prev_leader, self._prev_role = self.leader, self.role
-        commit = self.commit if self.commit != self._prev_commit else None
-        self._prev_commit = self.commit
+        commit = None
+        if self.commit > self._prev_commit:
+            commit = self._prev_commit = self.commit
         rd = Ready(soft, hard, tuple(self.log_writes), tuple(self.msgs), commit)
         self.msgs.clear()
         self.log_writes.clear()

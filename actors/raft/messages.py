@@ -18,7 +18,9 @@ passed through the machine untouched to the follower's `Append` write).
     MsgApp             T      prev offset         prev term     ranges, commit, payload,
                                                                 log_start (the leader's)
     MsgAppResp         T      acked (flushed)     hint term     reject: offset = rejected
-                              offset                            prev, hint = hint offset;
+                              offset                            prev (or the end claimed
+                                                                before a failed write),
+                                                                hint = hint offset;
                                                                 log_start (the follower's)
     MsgHeartbeat       T      -                   -             commit, quiesce: stop
                                                                 the election clock (idle),

@@ -5,11 +5,15 @@ network between them is a dictionary (the node transport is tested in tests/shar
 What must hold: batches proposed by the leader reach every follower byte for byte and commit;
 a leader cut off from the others is replaced, and when it comes back its uncommitted tail is
 cut and replaced by the new leader's log, the terms of every batch as the leaders wrote them.
+A log write that cannot be made (a disk error, batches that do not continue the log) leaves
+the group running: the follower answers where its log ends and catches up. And a replica's
+messages wait for its term and vote to be durable, across a failed write of them too.
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
 import random
 from collections.abc import Callable
 from pathlib import Path
@@ -17,10 +21,24 @@ from typing import Any
 
 import pytest
 
-from actors.hard_state import HardStateStore
-from actors.raft import Config, LogState, Message, MsgType, RaftMachine, Role, SoftState
+from actors import limits
+from actors.hard_state import HardStateStore, load_hard_states
+from actors.raft import (
+    Config,
+    HardState,
+    LogState,
+    Message,
+    MsgType,
+    RaftMachine,
+    Role,
+    SoftState,
+)
 from actors.replica import Replica, log_batch_reader, read_range
-from storage import DiskLog
+from storage import DiskLog, LogConfig
+from storage.compaction import CleanerConfig, clean_log
+from storage.log import AppendFailed
+from storage.replica import CutTicket
+from tests.support.io_pool import pool_call
 from wire.record_batch import iter_batches
 from wire.records import build_batch, iter_records
 
@@ -38,10 +56,11 @@ def log_state(log: DiskLog) -> LogState:
 
 
 class Node:
-    def __init__(self, n: int, root: Path, net: Net, quiesce: bool = False) -> None:
+    def __init__(self, n: int, root: Path, net: Net, quiesce: bool = False,
+                 log_config: LogConfig = LogConfig()) -> None:  # noqa: B008
         self.n, self.id, self.net = n, (n, 0), net
         self.loop = asyncio.get_running_loop()
-        self.log = DiskLog.open(root / f"node-{n}" / GROUP)
+        self.log = DiskLog.open(root / f"node-{n}" / GROUP, log_config)
         self.log.serve()
         self.store = HardStateStore(root / f"node-{n}", self.run_io, self.loop.call_soon)
         machine = RaftMachine(
@@ -52,6 +71,8 @@ class Node:
         self.high_watermark = 0
         self.flushing = False
         self.roles: list[tuple[Role, int]] = []
+        self.hold_cuts = False
+        self.held_cuts: list[tuple[Callable[[], Any], Callable[[Any, Any], None]]] = []
 
     # ReplicaHost
     def replica_log(self) -> DiskLog:
@@ -80,8 +101,17 @@ class Node:
 
     def run_io(self, fn: Callable[[], Any], done: Callable[[Any, BaseException | None], None]
                ) -> None:
+        if self.hold_cuts and isinstance(getattr(fn, "__self__", None), CutTicket):
+            self.held_cuts.append((fn, done))  # a disk slow to make a cut durable
+            return
         future = self.loop.run_in_executor(None, fn)
         future.add_done_callback(lambda f: done(None, f.exception()))
+
+    def release_cuts(self) -> None:
+        self.hold_cuts = False
+        held, self.held_cuts = self.held_cuts, []
+        for fn, done in held:
+            self.run_io(fn, done)
 
     def read_io(self, fn: Callable[[], Any], done: Callable[[Any, BaseException | None], None]
                 ) -> None:
@@ -115,12 +145,12 @@ class Node:
         self.run_io(ticket.run, done)
 
     # The leader's produce path.
-    def produce(self, values: list[bytes]) -> bool:
+    def produce(self, values: list[bytes], key: bytes | None = None) -> bool:
         machine = self.replica.machine
         if machine.role != Role.Leader:
             return False
         self.replica.before_append()
-        batch = build_batch([(None, v, []) for v in values], base_timestamp=self.now_ms())
+        batch = build_batch([(key, v, []) for v in values], base_timestamp=self.now_ms())
         self.log.append(batch, iter_batches(batch), machine.term, self.now_ms())
         proposed = self.replica.propose(len(values))
         assert proposed is not None and proposed.last == self.log.next_offset - 1, proposed
@@ -143,11 +173,14 @@ class Net:
         self.cut: set[int] = set()  # nodes whose links are all down
         self.only_appends_from: int | None = None  # this node's first append per peer only
         self.appends_let_through: set[int] = set()
+        self.appends: list[Message] = []  # every append that named offsets
 
     def send(self, messages: list[Message]) -> None:
         loop = asyncio.get_running_loop()
         self.sent += len(messages)
         for m in messages:
+            if m.type == MsgType.MsgApp and m.ranges:
+                self.appends.append(m)
             src, dst = m.sender[0], m.to[0]
             if src in self.cut or dst in self.cut:
                 continue
@@ -348,3 +381,314 @@ def test_an_idle_group_goes_quiet_and_a_lost_leader_is_replaced_all_the_same(
             await stop(nodes)
 
     asyncio.run(main())
+
+
+# Log writes that cannot be made ----------------------------------------------------------------
+
+
+def caught(loop: asyncio.AbstractEventLoop) -> list[Any]:
+    """What the loop's callbacks raise from now on (a replica stuck between ready() and
+    advance() raises at every turn)."""
+    errors: list[Any] = []
+    loop.set_exception_handler(lambda _loop, context: errors.append(
+        context.get("exception", context.get("message"))))
+    return errors
+
+
+class FailingAppends:
+    """A follower's disk that refuses its next `count` appends with EIO, as DiskLog reports a
+    failed write: AppendFailed, nothing of it in the log."""
+
+    def __init__(self, log: DiskLog, count: int) -> None:
+        self.original = log.append_replicated
+        self.left = count
+        self.calls = 0
+        log.append_replicated = self  # type: ignore[method-assign]
+
+    def __call__(self, records: bytearray, headers: Any, now_ms: int) -> Any:
+        self.calls += 1
+        if self.left:
+            self.left -= 1
+            raise AppendFailed(OSError(errno.EIO, "Input/output error"))
+        return self.original(records, headers, now_ms)
+
+
+def test_a_follower_whose_log_write_fails_answers_where_its_log_ends_and_catches_up(
+        tmp_path: Path) -> None:
+    async def main() -> None:
+        errors = caught(asyncio.get_running_loop())
+        net = Net()
+        nodes = [Node(n, tmp_path, net) for n in NODES]
+        net.nodes = {node.id: node for node in nodes}
+        ticker = asyncio.ensure_future(ticking(nodes))
+        try:
+            await until(lambda: leader(nodes) is not None, "a leader")
+            first = leader(nodes)
+            assert first is not None and first.produce([b"a", b"b"])
+            end = first.log.next_offset
+            await until(lambda: all(n.high_watermark == end for n in nodes), "commit")
+            follower = next(n for n in nodes if n is not first)
+            disk = FailingAppends(follower.log, 1)
+            sent = [f"v-{i}".encode() for i in range(10)]
+            for i in range(0, 10, 2):
+                assert first.produce(sent[i:i + 2])
+                await asyncio.sleep(TICK_S)
+            end = first.log.next_offset
+            await until(lambda: all(n.log.next_offset == end and n.high_watermark == end
+                                    for n in nodes), "every replica caught up")
+            assert disk.left == 0 and disk.calls > 1  # it failed, then wrote again
+            logs = [read_range(n.log, 0, end - 1) for n in nodes]
+            assert logs[0] == logs[1] == logs[2]
+            assert follower.values() == [b"a", b"b", *sent]
+        finally:
+            ticker.cancel()
+            await stop(nodes)
+        assert errors == []
+
+    asyncio.run(main())
+
+
+def test_a_follower_behind_a_compacted_leader_takes_its_batches_across_the_gaps(
+        tmp_path: Path) -> None:
+    """Compaction drops emptied batches from the leader's sealed segments (storage/compaction.py),
+    so what it sends a follower that is behind can start past the follower's log end and skip
+    offsets between batches, as Kafka's followers see too (a `__consumer_offsets` partition
+    after a restart: "batch at offset 146 where the log continues at 14"). The follower takes
+    the batches, an empty batch in each gap (its segments must follow each other for
+    recovery), catches up, and reopens with every record."""
+    async def main() -> None:
+        errors = caught(asyncio.get_running_loop())
+        net = Net()
+        small = LogConfig(segment_bytes=400)  # a few batches a segment
+        nodes = [Node(n, tmp_path, net, log_config=small) for n in NODES]
+        net.nodes = {node.id: node for node in nodes}
+        ticker = asyncio.ensure_future(ticking(nodes))
+        try:
+            await until(lambda: leader(nodes) is not None, "a leader")
+            first = leader(nodes)
+            assert first is not None and first.produce([b"kept"], key=b"other")
+            end = first.log.next_offset
+            await until(lambda: all(n.high_watermark == end for n in nodes), "commit")
+            behind = next(n for n in nodes if n is not first)
+            net.cut.add(behind.n)
+            for i in range(30):  # one key committed again and again, as offset commits are
+                assert first.produce([f"offset-{i}".encode()], key=b"group/topic/0")
+            end = first.log.next_offset
+            await until(lambda: first.high_watermark == end, "commit without it")
+            sealed = first.log._segments[:-1]
+            result = clean_log(first.log.directory, sealed, 0, first.now_ms(),
+                               CleanerConfig(io_bytes_per_second=1 << 40), set())
+            first.log.replace_segments(result.old_segments, result.new_segments)
+            gap_from = behind.log.next_offset
+            assert next(first.log.iter_batch_headers(gap_from)).base_offset > gap_from
+
+            net.cut.clear()
+            await until(lambda: behind.log.next_offset == end and behind.high_watermark == end,
+                        "the follower caught up")
+            expected = records(first.log, gap_from, end)
+            assert records(behind.log, gap_from, end) == expected
+            headers = list(behind.log.iter_batch_headers(gap_from))
+            assert headers[0].base_offset == gap_from and headers[0].record_count == 0
+            assert all(a.next_offset == b.base_offset
+                       for a, b in zip(headers, headers[1:], strict=False))
+            assert behind.values()[-1] == b"offset-29"
+        finally:
+            ticker.cancel()
+            await stop(nodes)
+        assert errors == []
+        reopened = DiskLog.open(behind.log.directory, small)
+        assert reopened.next_offset == end
+        assert records(reopened, gap_from, end) == expected
+        reopened.close()
+
+    asyncio.run(main())
+
+
+def records(log_: DiskLog, first: int, end: int) -> list[tuple[int, bytes | None, bytes | None]]:
+    return [(r.offset, r.key, r.value) for r in iter_records(read_range(log_, first, end - 1))]
+
+
+def test_a_leader_elected_while_its_cut_is_not_durable_sends_no_append_its_log_lacks(
+        tmp_path: Path) -> None:
+    """A follower cuts its divergent tail and takes the leader's batches behind the cut, which
+    waits for its fdatasync; before that completes it is elected (here by a transfer), and its
+    no-op waits behind the cut too. An append naming the no-op leaves only once the log holds
+    it: sent without its bytes, it let the followers believe they held a batch they never
+    wrote, and the next one failed with NotContiguous there for good."""
+    async def main() -> None:
+        errors = caught(asyncio.get_running_loop())
+        net = Net()
+        nodes = [Node(n, tmp_path, net) for n in NODES]
+        net.nodes = {node.id: node for node in nodes}
+        ticker = asyncio.ensure_future(ticking(nodes))
+        try:
+            await until(lambda: leader(nodes) is not None, "a leader")
+            old = leader(nodes)
+            assert old is not None and old.produce([b"c"])
+            end = old.log.next_offset
+            await until(lambda: all(n.high_watermark == end for n in nodes), "commit")
+            net.cut.add(old.n)
+            assert old.produce([b"lost"])  # a tail of its own, never committed
+            await until(lambda: leader(nodes, {old.n}) is not None, "a new leader")
+            new = leader(nodes, {old.n})
+            assert new is not None and new.produce([b"kept-1"])
+            end = new.log.next_offset
+            await until(lambda: new.high_watermark == end, "the new leader's commit")
+            third = next(n for n in nodes if n not in (old, new))
+            net.cut.add(third.n)
+            assert new.produce([b"kept-2"])  # not committed: the old leader's log will end
+            end = new.log.next_offset  # past its commit, so it writes a no-op when elected
+
+            old.hold_cuts = True
+            net.cut.discard(old.n)
+            await until(lambda: old.log.cut_pending, "the old leader cuts its tail")
+            old.replica.receive(Message(MsgType.MsgTimeoutNow, old.id, new.id,
+                                        new.replica.machine.term))
+            await until(lambda: old.replica.machine.role == Role.Leader, "elected, cut pending")
+            assert old.replica.machine.log.last_offset == end  # the no-op, not in the log yet
+            await asyncio.sleep(TICK_S * 20)  # heartbeats, answers, probes
+            assert old.log.cut_pending and old.log.next_offset < end
+            old.release_cuts()
+            net.cut.clear()
+            await until(lambda: all(n.high_watermark == end + 1 for n in nodes), "the no-op")
+            assert old.produce([b"after"])
+            end = old.log.next_offset
+            await until(lambda: all(n.log.next_offset == end and n.high_watermark == end
+                                    for n in nodes), "every replica caught up")
+            logs = [read_range(n.log, 0, end - 1) for n in nodes]
+            assert logs[0] == logs[1] == logs[2]
+            assert old.values() == [b"c", b"kept-1", b"kept-2", b"after"]
+            for m in net.appends:
+                headers = iter_batches(m.payload)
+                assert headers and headers[-1].last_offset == m.ranges[-1].last, m
+        finally:
+            ticker.cancel()
+            old.release_cuts()
+            await stop(nodes)
+        assert errors == []
+
+    asyncio.run(main())
+
+
+# Term and vote before messages, across a failed write ------------------------------------------
+
+
+class Turns:
+    """The loop, turned by hand: what is scheduled runs when the test says."""
+
+    def __init__(self) -> None:
+        self.soon: list[Callable[[], None]] = []
+
+    def schedule(self, fn: Callable[[], None]) -> None:
+        self.soon.append(fn)
+
+    def run(self) -> None:
+        for _ in range(100):
+            if not self.soon:
+                return
+            self.soon.pop(0)()
+        raise AssertionError("the loop never settles")
+
+
+class HeldPool:
+    """The I/O pool, each call held until `release`; the first `fail` calls fail with EIO
+    instead of writing."""
+
+    def __init__(self, fail: int = 0) -> None:
+        self.calls: list[Callable[[], None]] = []
+        self.fail = fail
+
+    def run(self, fn: Callable[[], Any], done: Callable[[Any, Any], None]) -> None:
+        if self.fail:
+            self.fail -= 1
+            fn = _eio
+        self.calls.append(pool_call(fn, done))
+
+    def release(self) -> None:
+        calls, self.calls = self.calls, []
+        for call in calls:
+            call()
+
+
+def _eio() -> None:
+    raise OSError(errno.EIO, "Input/output error")
+
+
+class Wire:
+    """A ReplicaHost without a log (votes need none): what it sends is kept."""
+
+    def __init__(self) -> None:
+        self.sent: list[Message] = []
+
+    def send(self, messages: list[Message]) -> None:
+        self.sent.extend(messages)
+
+    def committed(self, high_watermark: int) -> None:
+        pass
+
+    def role_changed(self, soft: SoftState, term: int) -> None:
+        pass
+
+    def replica_log(self) -> Any:
+        raise AssertionError("no log write expected")
+
+
+def a_voter(tmp_path: Path, fail: int) -> tuple[Replica, Wire, HeldPool, Turns]:
+    turns, pool, wire = Turns(), HeldPool(fail), Wire()
+    store = HardStateStore(tmp_path, pool.run, turns.schedule)
+    machine = RaftMachine(Config(1, NODES, election_ticks=10), random.Random(1))
+    replica = Replica(GROUP, machine, wire, store, turns.schedule)  # type: ignore[arg-type]
+    return replica, wire, pool, turns
+
+
+VOTE = Message(MsgType.MsgVote, 1, 2, 5, offset=-1, log_term=0)  # 2 asks 1, term 5
+
+
+def test_messages_wait_for_the_vote_across_a_failed_write_until_a_retry_saves_it(
+        tmp_path: Path) -> None:
+    """1 votes for 2 in term 5; the write of that vote fails. 2 asks again (the first answer
+    lost): the answer must not leave while the vote is not durable, or 1, crashing now, comes
+    back without it and may vote for 3 in term 5 too."""
+    replica, wire, pool, turns = a_voter(tmp_path, fail=1)
+    replica.receive(VOTE)
+    turns.run()
+    assert wire.sent == [] and len(pool.calls) == 1  # the answer waits for the write
+    pool.release()  # it fails
+    turns.run()
+    assert wire.sent == [] and load_hard_states(tmp_path) == {}
+    replica.receive(VOTE)
+    turns.run()
+    assert wire.sent == [], "an answer left before the vote it grants was durable"
+
+    for _ in range(3):  # the retry: at the latest at the next tick
+        replica.tick()
+        turns.run()
+        pool.release()
+        turns.run()
+        if wire.sent:
+            break
+    assert load_hard_states(tmp_path) == {GROUP: HardState(5, 2)}
+    assert [(m.type, m.to, m.term, m.reject) for m in wire.sent] == [
+        (MsgType.MsgVoteResp, 2, 5, False)] * 2
+
+
+def test_the_messages_held_for_a_vote_are_bounded_the_oldest_dropped(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(limits, "replica_held_messages_max", 3)
+    replica, wire, pool, turns = a_voter(tmp_path, fail=1)
+    replica.receive(VOTE)
+    turns.run()
+    pool.release()  # the write fails: every answer from here waits for a retry
+    turns.run()
+    for i in range(5):
+        replica.receive(Message(MsgType.MsgHeartbeat, 1, 2, 5, commit=-1 + 0 * i))
+        turns.run()
+    assert wire.sent == []
+    for _ in range(3):
+        replica.tick()
+        turns.run()
+        pool.release()
+        turns.run()
+        if wire.sent:
+            break
+    assert [m.type for m in wire.sent] == [MsgType.MsgHeartbeatResp] * 3  # the latest three

@@ -173,22 +173,34 @@ class Node:
 
     # ------------------------------------------------------------------ a Ready
 
-    def handle_ready(self, rd: Ready) -> list[Message]:
+    def handle_ready(self, rd: Ready, fail_appends: bool = False) -> list[Message]:
         """Do what `rd` asks (sync the hard state, write, attach payloads) and advance; the
-        messages to send."""
+        messages to send. `fail_appends`: the disk refuses the Ready's appends (nothing of
+        them written; an append whose batches the log lacks is not sent), and the machine
+        then learns where the log ends, as actors/replica.py tells it."""
         if rd.hard_state is not None:
             self.durable_hard = rd.hard_state  # written atomically and synced, first
         for w in rd.log_writes:
-            self.apply_write(w)
+            if not fail_appends:
+                self.apply_write(w)
+            elif isinstance(w, TruncateAfter):
+                if w.offset < self.written.last_offset:
+                    self.apply_write(w)
+            elif not isinstance(w, Append):
+                self.apply_write(w)
         if rd.committed is not None:
             self.commit = rd.committed
         out = []
         for m in rd.messages:
             if m.type == MsgType.MsgApp and m.ranges:
+                if m.ranges[-1].last > self.written.last_offset:
+                    continue
                 m = m._replace(payload=self.written.between(m.ranges[0].base,
                                                             m.ranges[-1].last))
             out.append(m)
         self.machine.advance()
+        if fail_appends:
+            self.machine.log_write_failed(self.written.last_offset)
         return out
 
     def apply_write(self, w: Append | TruncateAfter | InstallStart | AdvanceStart) -> None:

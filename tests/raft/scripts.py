@@ -15,6 +15,8 @@ of comparing (then read the diff). Commands (node ids are 1..n):
                                   K: every node starts with offsets 0..K-1 of term 1, synced
     campaign N | propose N RECORDS | transfer-leader N TO | report-unreachable N PEER
     process-ready N...            handle each node's Ready (print it; flush nothing)
+    fail-appends N                handle N's Ready, the disk refusing its appends; the
+                                  machine is told where the log ends (log_write_failed)
     deliver-msgs [N...] [drop=(N...)]   deliver (or drop) messages queued to the nodes
     flush N... [upto=OFFSET]      sync each node's log and report it to its machine
     flush-begin N | flush-end N   the same in two steps: a sync begins, then completes
@@ -141,10 +143,10 @@ class Env:
                 continue
             self.inbox[m.to].append(m)
 
-    def _process_ready(self, n: Node) -> list[str]:
+    def _process_ready(self, n: Node, fail_appends: bool = False) -> list[str]:
         rd = n.machine.ready()
         lines = format_ready(rd)
-        self._send(n.handle_ready(rd))
+        self._send(n.handle_ready(rd, fail_appends))
         n.check_view()
         return lines
 
@@ -218,6 +220,11 @@ class Env:
                 continue
             lines.extend(self._process_ready(n))
         return lines
+
+    def cmd_fail_appends(self, args: list[str]) -> list[str]:
+        n = self.node(args[0])
+        lines = self._process_ready(n, fail_appends=True)
+        return [*lines, f"appends refused: the log ends at {n.written.last_offset}"]
 
     def cmd_deliver_msgs(self, args: list[str]) -> list[str]:
         drop: set[int] = set()

@@ -5,7 +5,8 @@ One seed decides everything: the cluster's size and settings, and each step of a
 handle a Ready; begin or complete a sync; tick (with quiescence in half the seeds: a host
 that wakes quiet machines which lost touch); propose; cut links or heal them; crash a
 node, losing what it had not synced, and restart it (sometimes with the term before its
-log start forgotten); move a log start; transfer the lead).
+log start forgotten); move a log start; transfer the lead; in a third of the seeds, a
+failing disk that refuses a Ready's appends now and then).
 Then a calm phase (links healed, nodes restarted, nothing lost) in which a leader must be
 elected and commit a proposal, and every node learn it, within a bounded number of ticks.
 
@@ -55,6 +56,7 @@ class Result(NamedTuple):
     calm_ticks: int  # ticks the calm phase needed
     quiesced: int  # times a leader went quiet
     woken: int  # times the host woke a quiet machine that lost touch
+    disk_errors: int  # Readies whose appends the disk refused
 
 
 class Checker:
@@ -175,6 +177,11 @@ class Sim:
         self.steps = 0
         self.p_drop = rng.choice((0.0, 0.05, 0.2))
         self.p_dup = rng.choice((0.0, 0.05))
+        # A failing disk in a third of the seeds: a Ready's appends refused now and then. Its
+        # own generator, so the seeds without one run as they did before it.
+        self.disk = random.Random(f"disk errors {seed}")
+        self.p_disk_error = self.disk.choice((0.0, 0.0, 0.03))
+        self.disk_errors = 0
         # The step mix, some of it per seed: a slow disk keeps syncs in flight across
         # truncations, a crashy node loses more of what it wrote.
         weighted = [
@@ -193,12 +200,19 @@ class Sim:
         rd = n.machine.ready()
         log_before = len(n.written.batches)
         truncated = any(not isinstance(w, Append) for w in rd.log_writes)
-        msgs = n.handle_ready(rd)
+        fail = (self.p_disk_error > 0 and any(isinstance(w, Append) for w in rd.log_writes)
+                and self.disk.random() < self.p_disk_error)
+        self.disk_errors += fail
+        msgs = n.handle_ready(rd, fail_appends=fail)
         if rd.log_writes:
             start = 0 if truncated else log_before
             for i in range(start, len(n.written.batches)):
                 self.checker.register(n.written, i)
             n.check_view()
+        if fail and rd.committed is not None:
+            # The host holds its commit to what its log holds (actors/partition.py).
+            n.commit = max(commit_before, min(rd.committed, n.written.last_offset))
+            rd = rd._replace(committed=n.commit if n.commit > commit_before else None)
         self.checker.ready(n, rd, commit_before)
         self.net.extend(msgs)
 
@@ -447,7 +461,8 @@ def run(seed: int, chaos_steps: int = CHAOS_STEPS) -> Result:
     except AssertionError as e:
         raise SimFailure(f"seed {seed} at step {sim.steps}: {e}") from e
     return Result(seed, len(sim.nodes), sim.steps, sim.checker.acked_last,
-                  len(sim.checker.leaders), sim.crashes, calm_ticks, sim.quiesced, sim.woken)
+                  len(sim.checker.leaders), sim.crashes, calm_ticks, sim.quiesced, sim.woken,
+                  sim.disk_errors)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """The seeded random simulation (tests/raft/sim.py): a few hundred seeds, each a cluster of
-3 to 5 machines through drops, duplicates, reordering, partitions, crashes, retention and
-quiescence, then a calm phase that must elect a leader and commit. A failure names its
-seed; replay it with `python -m tests.raft.sim SEED`. bench/raft.py runs thousands."""
+3 to 5 machines through drops, duplicates, reordering, partitions, crashes, retention,
+quiescence and refused log writes, then a calm phase that must elect a leader and commit. A
+failure names its seed; replay it with `python -m tests.raft.sim SEED`. bench/raft.py runs
+thousands."""
 
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ def test_random_seeds(first: int) -> None:
     # touch with their leader or quorum, and still every calm phase committed.
     assert sum(r.quiesced > 0 for r in results) > len(results) // 5
     assert sum(r.woken for r in results) > 0
+    assert sum(r.disk_errors for r in results) > 0  # and through refused log writes
 
 
 def test_a_seed_replays_the_same_run() -> None:
