@@ -51,6 +51,9 @@ producer_snapshot_bytes_max = 16 * 1024 * 1024
 # Batches appended while a producer-state rebuild runs, kept to replay once it is back; past
 # it they are dropped and read back from the log by one more pass off the loop.
 producer_rebuild_notes_max = 10_000
+# A partition whose recovery sync (the first fdatasync of what recovery kept) failed tries
+# again after this long; its clients' messages wait meanwhile.
+recovery_sync_retry_ms = 1000
 # Client messages a partition holds while it starts (the recovery sync, the producer state)
 # or rebuilds its producer state after a cut; past it they are refused REQUEST_TIMED_OUT
 # (retriable) rather than queued without end.

@@ -46,8 +46,10 @@ segment file on the I/O pool, while the producer state is rebuilt on the read po
 are back the partition advertises nothing: no high watermark, no Raft machine (which takes its
 starting log as synced and would acknowledge it), no answer to a client; client messages are
 held in order (`partition_held_messages_max`) and handled once it serves. A failed recovery
-sync cannot be cut back to a known durable offset: the partition stays offline
-(KAFKA_STORAGE_ERROR) until a restart recovers the log again.
+sync has no durable offset to cut back to (nothing says how far the log was synced before):
+it is tried again (`recovery_sync_retry_ms`) while clients wait, as a restart would, which
+reads the same page cache back and syncs it. A rebuild that fails (the log cannot be read)
+leaves the partition offline, KAFKA_STORAGE_ERROR, until a restart.
 
 Producer state (actors/producer_rebuild.py, actors/producer_snapshot.py): saved in a
 snapshot file at each segment roll; on start, and after a Raft cut or reset
@@ -231,7 +233,7 @@ class Partition(LoopActor):
         self._recovery_sync: FlushTicket | None = None
         self._rebuild: RebuildRun | None = None
         self._held: collections.deque[Any] = collections.deque()
-        self._offline = False  # the recovery sync or a rebuild failed: refuse until a restart
+        self._offline = False  # a producer-state rebuild failed: refuse until a restart
         self._snapshots = SnapshotFiles(services.run_blocking, self._directory_fd, str(self))
         self._snapshot_base = -1  # the active segment's base offset at the last snapshot
         # Produces waiting for their flush, flushes out, the high watermark: what to do when
@@ -320,32 +322,46 @@ class Partition(LoopActor):
 
         self.services.run_blocking(ticket.run, synced)
 
-    def _settle_recovery_sync(self, ticket: FlushTicket, error: BaseException | None) -> None:
+    def _settle_recovery_sync(self, ticket: FlushTicket, error: BaseException | None) -> bool:
+        """Hand the returned sync to the log; whether it succeeded. A failed one cuts nothing:
+        no offset is known durable to cut back to (the flushed offset is the log start)."""
         assert self._log is not None
         if error is None:
             self._log.flush_complete(ticket)
-            return
-        # What is on the disk is unknown (a failed fdatasync may have dropped the pages), and
-        # nothing says how far it was durable before: cutting would guess. Offline instead;
-        # a restart recovers the log again.
+            if self._flush_failures:
+                log.warning("%s: the recovery sync works after %d failures", self,
+                            self._flush_failures)
+                self._flush_failures = 0
+            return True
         self._log.flush_abandoned(ticket)
-        log.critical("%s: the recovery sync failed: %r; partition offline until a restart",
-                     self, error)
-        self._go_offline()
+        self._flush_failures += 1
+        if self._flush_failures == 1:
+            log.error("%s: the recovery sync failed: %r; tried again every %d ms while clients "
+                      "wait", self, error, limits.recovery_sync_retry_ms)
+        return False
 
     def _synced(self, m: _Synced) -> None:
         self._recovery_sync = None
         if self._log is None:
             return
-        self._settle_recovery_sync(m.ticket, m.error)
+        synced = self._settle_recovery_sync(m.ticket, m.error)
         if self._deleted is not None:
             self._finish_delete()
-            return
-        self._maybe_started()
+        elif synced:
+            self._maybe_started()
+        else:
+            # A restart would do no better: it reads the same page cache back and syncs it.
+            self.call_later(limits.recovery_sync_retry_ms / 1000, self._retry_recovery_sync)
+
+    def _retry_recovery_sync(self) -> None:
+        if not self.actor_stopped.is_set() and self._deleted is None and self._log is not None:
+            self._start_recovery_sync()
 
     def _maybe_started(self) -> None:
-        if (self._starting and self._recovery_sync is None and self._rebuild is None
-                and not self._offline):
+        log_ = self._log
+        assert log_ is not None
+        synced = self._recovery_sync is None and log_.flushed_offset == log_.next_offset
+        if self._starting and synced and self._rebuild is None and not self._offline:
             self._started()
 
     def _started(self) -> None:
@@ -449,8 +465,8 @@ class Partition(LoopActor):
             refuse(message, error)
 
     def _go_offline(self) -> None:
-        """The log's state cannot be trusted (the recovery sync or a rebuild failed): answer
-        KAFKA_STORAGE_ERROR until a restart, and leave the Raft group."""
+        """The producer state cannot be known (its rebuild failed: the log cannot be read):
+        answer KAFKA_STORAGE_ERROR until a restart, and leave the Raft group."""
         self._offline = True
         if self._replication is not None:
             self._replication.stop()
