@@ -439,9 +439,9 @@ class Partition(LoopActor):
 
     def _hold(self, message: Any) -> None:
         if self._offline:
-            refuse(message, ErrorCode.KAFKA_STORAGE_ERROR)
+            _refuse(message, ErrorCode.KAFKA_STORAGE_ERROR)
         elif len(self._held) >= limits.partition_held_messages_max:
-            refuse(message, ErrorCode.REQUEST_TIMED_OUT)
+            _refuse(message, ErrorCode.REQUEST_TIMED_OUT)
         else:
             self._held.append(message)
 
@@ -453,7 +453,7 @@ class Partition(LoopActor):
                 return
             message = self._held.popleft()
             if self._offline:
-                refuse(message, ErrorCode.KAFKA_STORAGE_ERROR)
+                _refuse(message, ErrorCode.KAFKA_STORAGE_ERROR)
             else:
                 self._handlers[type(message)](message)
         if self._held:
@@ -462,7 +462,7 @@ class Partition(LoopActor):
     def _refuse_held(self, error: ErrorCode) -> None:
         held, self._held = self._held, collections.deque()
         for message in held:
-            refuse(message, error)
+            _refuse(message, error)
 
     def _go_offline(self) -> None:
         """The producer state cannot be known (its rebuild failed: the log cannot be read):
@@ -1203,7 +1203,8 @@ class Partition(LoopActor):
         self.settings = m.settings
         if self._log is not None:
             self._log.set_config(self._log_config())
-            self._carry_out(self._window.set_write_caching(m.settings.write_caching))
+            if not self._starting:  # else the window is made from the settings at the start
+                self._carry_out(self._window.set_write_caching(m.settings.write_caching))
 
     def _delete_records(self, m: DeleteRecords) -> None:
         if not self._leading:
@@ -1232,8 +1233,12 @@ class Partition(LoopActor):
 
 # What waits while the partition starts or rebuilds its producer state (`_hold`).
 _WAIT_FOR_STATE = frozenset({Produce, Read, ListOffset, EpochEndOffset, PartitionInfo,
-                             DeleteRecords, WriteTxnMarker, TransferLeadership, UpdateSettings,
-                             _Warmed})
+                             DeleteRecords, WriteTxnMarker, TransferLeadership, _Warmed})
+
+
+def _refuse(message: Any, error: ErrorCode) -> None:
+    """`refuse`, and a read back from the read pool is its own read refused."""
+    refuse(message.message if isinstance(message, _Warmed) else message, error)
 
 
 def _acks(acks: int) -> Acks:
