@@ -45,6 +45,23 @@ record_errors_max = 10_000
 # Aborted transactions one partition lists for read_committed fetches (each: three ints,
 # ~100 bytes, so 10 MB at most); past it the oldest is forgotten (actors/txn_state.py).
 aborted_transactions_per_partition_max = 100_000
+# Producer-state snapshots (actors/producer_snapshot.py) a partition keeps, the newest: a
+# Raft cut takes only an uncommitted tail, rarely more than the active segment, and one below
+# the oldest kept rebuilds from the log start (slower, as correct).
+producer_snapshots_max = 8
+# Largest snapshot file written or read: the tables' bounds above make ~2.6 MB at most
+# (1,000 producers of 5 batches, 1,000 open and 100,000 aborted transactions).
+producer_snapshot_bytes_max = 16 * 1024 * 1024
+# Batches appended while a producer-state rebuild runs, kept to replay once it is back; past
+# it they are dropped and read back from the log by one more pass off the loop.
+producer_rebuild_notes_max = 10_000
+# A partition whose recovery sync (the first fdatasync of what recovery kept) failed tries
+# again after this long; its clients' messages wait meanwhile.
+recovery_sync_retry_ms = 1000
+# Client messages a partition holds while it starts (the recovery sync, the producer state)
+# or rebuilds its producer state after a cut; past it they are refused REQUEST_TIMED_OUT
+# (retriable) rather than queued without end.
+partition_held_messages_max = 10_000
 # Producer ids handed out per persisted block (the next block is written before use).
 producer_id_block_size = 1000
 # Requests the controller holds while a metadata write is out (a few ms); past it they are

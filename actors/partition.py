@@ -40,6 +40,24 @@ away, as Redpanda's write caching does.
 A flush runs on the I/O pool with the log's fds, so the log is closed only once no flush is
 out: a topic deleted, or a shard stopped, while one runs closes the log when it returns.
 
+Start: the log is opened (recovered) on the loop; what recovery kept may be only in the page
+cache (a kill -9), so the log's first flush ticket, the recovery sync, fdatasyncs every
+segment file on the I/O pool, while the producer state is rebuilt on the read pool. Until both
+are back the partition advertises nothing: no high watermark, no Raft machine (which takes its
+starting log as synced and would acknowledge it), no answer to a client; client messages are
+held in order (`partition_held_messages_max`) and handled once it serves. A failed recovery
+sync has no durable offset to cut back to (nothing says how far the log was synced before):
+it is tried again (`recovery_sync_retry_ms`) while clients wait, as a restart would, which
+reads the same page cache back and syncs it. A rebuild that fails (the log cannot be read)
+leaves the partition offline, KAFKA_STORAGE_ERROR, until a restart.
+
+Producer state (actors/producer_rebuild.py, actors/producer_snapshot.py): saved in a
+snapshot file at each segment roll; on start, and after a Raft cut or reset
+(`log_rewritten`), rebuilt off the loop from the last snapshot at or below the log's end and
+the batch headers after it, while client messages wait. Batches appended meanwhile (a
+follower's) are noted on the live tables, which forget what a cut took, and again on the
+rebuild's run, to be played on the rebuilt tables.
+
 Reads never wait on the disk (storage/page_cache.py): the log is read with `nowait`, and a
 read that would touch a page not in memory is answered later, after the shard's read pool
 has read that range in; every other partition and connection of the shard goes on meanwhile.
@@ -70,6 +88,7 @@ the last stable offset and lists the aborted transactions that overlap what it c
 
 from __future__ import annotations
 
+import collections
 import errno
 import logging
 import shutil
@@ -110,19 +129,28 @@ from actors.partition_messages import (
     refuse,
 )
 from actors.partition_replication import Address, GroupKey, LoneLeader, Replication
+from actors.producer_rebuild import (
+    ProducerState,
+    RebuildRun,
+    Rebuilt,
+    marker_kind,
+    rebuild,
+    replay,
+)
+from actors.producer_snapshot import Boundary, SnapshotFiles
 from actors.producer_state import ProducerStateTable
 from actors.record_checks import keyless_records
 from actors.runtime import LoopActor
 from actors.services import Services, now_ms
 from actors.topic_config import TopicSettings
-from actors.txn_state import ABORT, AbortedTxn, TxnState, marker_batch, read_marker
+from actors.txn_state import AbortedTxn, TxnState, marker_batch
 from actors.watermarks import Published
-from storage import DiskLog, LogConfig, NotCached, OffsetOutOfRange
+from storage import DiskLog, FlushTicket, LogConfig, NotCached, OffsetOutOfRange
 from storage.log import AppendFailed
 from storage.page_cache import warm
 from storage.partition_dir import Claim, claim
 from wire.errors import DecodeError, ErrorCode
-from wire.record_batch import BatchHeader, iter_batches, set_log_append_time
+from wire.record_batch import BatchHeader, iter_batches, read_header, set_log_append_time
 from wire.records import decode_batch
 
 # The messages are re-exported: the actor and its messages are imported from here.
@@ -173,6 +201,25 @@ class _Warmed(NamedTuple):
     attempts: int  # reads of it that missed so far
 
 
+class _Synced(NamedTuple):
+    """The recovery sync (the log's first flush ticket) is back from the I/O pool."""
+
+    ticket: FlushTicket
+    error: BaseException | None
+
+
+class _Rebuilt(NamedTuple):
+    """A producer-state rebuild (actors/producer_rebuild.py) is back from the read pool."""
+
+    run: RebuildRun
+    result: Rebuilt | None
+    error: BaseException | None
+
+
+class _ReleaseHeld(NamedTuple):
+    """Handle the next messages held while the partition started or rebuilt its state."""
+
+
 # The actor --------------------------------------------------------------------------------
 
 
@@ -198,8 +245,17 @@ class Partition(LoopActor):
         self.settings = settings
         self.services = services
         self.leader_epoch = 0  # a lone copy's never moves; a replicated one's is the Raft term
-        self._producers = ProducerStateTable()
-        self._txns = TxnState()  # open and aborted transactions, fed with the producers
+        # Producers and transactions (open and aborted), fed batch by batch from the log.
+        self._state = ProducerState()
+        # Until the recovery sync and the first producer-state rebuild are back (on_start),
+        # and while a rebuild after a cut runs, client messages wait here (`_hold`).
+        self._starting = True
+        self._recovery_sync: FlushTicket | None = None
+        self._rebuild: RebuildRun | None = None
+        self._held: collections.deque[Any] = collections.deque()
+        self._offline = False  # a producer-state rebuild failed: refuse until a restart
+        self._snapshots = SnapshotFiles(services.run_blocking, self._directory_fd, str(self))
+        self._snapshot_base = -1  # the active segment's base offset at the last snapshot
         # Produces waiting for their flush, flushes out, the high watermark: what to do when
         # (actors/ack_window.py); on_start opens it at the log's end.
         self._window: AckWindow[_Waiter] = AckWindow(0, settings.write_caching)
@@ -227,6 +283,7 @@ class Partition(LoopActor):
         self._leading = self._replication is None  # a lone copy always leads
         self._flush_term: int | None = None  # the term of the last batch the flush out covers
         self._published: Published | None = None  # what this partition last published
+        self._adopted = False  # its directory was made before topic ids (storage/partition_dir)
         self._handlers: dict[type, Callable[[Any], None]] = {
             Produce: self._produce,
             Read: self._read,
@@ -242,6 +299,9 @@ class Partition(LoopActor):
             RaftUnreachable: self._raft_unreachable,
             TransferLeadership: self._transfer_leadership,
             WriteTxnMarker: self._write_txn_marker,
+            _Synced: self._synced,
+            _Rebuilt: self._rebuilt,
+            _ReleaseHeld: self._release_held,
         }
 
     def __str__(self) -> str:
@@ -251,16 +311,97 @@ class Partition(LoopActor):
     def high_watermark(self) -> int:
         return self._window.high_watermark
 
+    @property
+    def _producers(self) -> ProducerStateTable:
+        return self._state.producers
+
+    @property
+    def _txns(self) -> TxnState:
+        return self._state.txns
+
     # Lifecycle ----------------------------------------------------------------------------
 
     def on_start(self) -> None:
         claimed = claim(self.directory, self.topic_id)
+        self._adopted = claimed.claim is Claim.ADOPTED  # a directory from before topic ids
         if claimed.trash is not None:  # another incarnation's: never opened as ours
             trash = claimed.trash
             self.services.read_blocking(lambda: shutil.rmtree(trash, ignore_errors=True),
                                         lambda _r, _e: None)
         self._log = DiskLog.open(self.directory, self._log_config())
+        self._snapshot_base = self._log.active_base_offset
+        self._snapshots.truncated(self._log.next_offset)  # those a power loss outlived
+        self._start_recovery_sync()
         self._rebuild_producer_state()
+
+    def _start_recovery_sync(self) -> None:
+        """What recovery kept may be only in the page cache (a kill -9): the log's first
+        flush ticket syncs every segment file and the directory (storage/log.py), on the I/O
+        pool. Until it is back nothing is advertised: no high watermark, no Raft machine (it
+        would acknowledge its log as synced), no answer to a client (`_hold`)."""
+        assert self._log is not None
+        ticket = self._recovery_sync = self._log.flush_prepare()
+        if ticket is None:  # an empty log
+            return
+        ref = self.actor_ref
+
+        def synced(_result: Any, error: BaseException | None) -> None:
+            try:
+                ref.tell(_Synced(ticket, error))
+            except ActorDeadError:  # stopped while it ran: the log waited for it to close
+                self._recovery_sync = None
+                if self._log is not None:
+                    self._settle_recovery_sync(ticket, error)
+                self._close_log()
+
+        self.services.run_blocking(ticket.run, synced)
+
+    def _settle_recovery_sync(self, ticket: FlushTicket, error: BaseException | None) -> bool:
+        """Hand the returned sync to the log; whether it succeeded. A failed one cuts nothing:
+        no offset is known durable to cut back to (the flushed offset is the log start)."""
+        assert self._log is not None
+        if error is None:
+            self._log.flush_complete(ticket)
+            if self._flush_failures:
+                log.warning("%s: the recovery sync works after %d failures", self,
+                            self._flush_failures)
+                self._flush_failures = 0
+            return True
+        self._log.flush_abandoned(ticket)
+        self._flush_failures += 1
+        if self._flush_failures == 1:
+            log.error("%s: the recovery sync failed: %r; tried again every %d ms while clients "
+                      "wait", self, error, limits.recovery_sync_retry_ms)
+        return False
+
+    def _synced(self, m: _Synced) -> None:
+        self._recovery_sync = None
+        if self._log is None:
+            return
+        synced = self._settle_recovery_sync(m.ticket, m.error)
+        if self._deleted is not None:
+            self._finish_delete()
+        elif synced:
+            self._maybe_started()
+        else:
+            # A restart would do no better: it reads the same page cache back and syncs it.
+            self.call_later(limits.recovery_sync_retry_ms / 1000, self._retry_recovery_sync)
+
+    def _retry_recovery_sync(self) -> None:
+        if not self.actor_stopped.is_set() and self._deleted is None and self._log is not None:
+            self._start_recovery_sync()
+
+    def _maybe_started(self) -> None:
+        log_ = self._log
+        assert log_ is not None
+        synced = self._recovery_sync is None and log_.flushed_offset == log_.next_offset
+        if self._starting and synced and self._rebuild is None and not self._offline:
+            self._started()
+
+    def _started(self) -> None:
+        """The log is synced and the producer state rebuilt: serve, replicate, advertise."""
+        assert self._log is not None and self._log.flushed_offset == self._log.next_offset
+        self._starting = False
         self._log.serve()  # reads come from the loop from here on
         if self._replication is None:
             self._window = AckWindow(self._log.flushed_offset, self.settings.write_caching)
@@ -268,11 +409,12 @@ class Partition(LoopActor):
             # What a quorum has is known once a leader says: nothing is readable until then.
             self._window = AckWindow(self._log.flushed_offset, self.settings.write_caching,
                                      CommitSource.QUORUM, self._log.log_start_offset)
-            self._replication.start(self._log, adopted=claimed.claim is Claim.ADOPTED)
+            self._replication.start(self._log, adopted=self._adopted)
         if self._lone is not None:
             self._lone.start()
         self._publish()
         self._lifecycle.start()
+        self._release_held()
 
     def on_stop(self) -> None:
         self._lifecycle.stop()
@@ -281,10 +423,18 @@ class Partition(LoopActor):
         if self._lone is not None:
             self._lone.stop()
         self._fail_waiters(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        self._refuse_held(ErrorCode.NOT_LEADER_OR_FOLLOWER)
         self._withdraw()
-        if not self._window.flush_in_flight:
+        if not self._log_in_io():
             self._close_log()
-        # else the flush in flight closes it when it returns (_flush_returned)
+        # else the flush or recovery sync in flight closes it when it returns
+
+    def _log_in_io(self) -> bool:
+        """Whether a job on the I/O pool holds the log's fds (a flush, the recovery sync)."""
+        return self._window.flush_in_flight or self._recovery_sync is not None
+
+    def _directory_fd(self) -> int | None:
+        return None if self._log is None else self._log.directory_fd()
 
     def _close_log(self) -> None:
         """Flush what is left, close every fd; and for a deleted topic remove the files."""
@@ -313,7 +463,55 @@ class Partition(LoopActor):
         handler = self._handlers.get(type(message))
         if handler is None:
             return super().on_receive(message)
+        if type(message) in _WAIT_FOR_STATE and self._waiting():
+            self._hold(message)
+            return None
         return handler(message)
+
+    # Messages held while the log is not ready to answer ------------------------------------
+
+    def _waiting(self) -> bool:
+        """Whether client messages wait: the partition starts, rebuilds its producer state,
+        has held messages still to handle (they go first), or is offline."""
+        return self._starting or self._rebuild is not None or bool(self._held) or self._offline
+
+    def _hold(self, message: Any) -> None:
+        if self._offline:
+            _refuse(message, ErrorCode.KAFKA_STORAGE_ERROR)
+        elif len(self._held) >= limits.partition_held_messages_max:
+            _refuse(message, ErrorCode.REQUEST_TIMED_OUT)
+        else:
+            self._held.append(message)
+
+    def _release_held(self, _m: _ReleaseHeld | None = None) -> None:
+        """Handle held messages in order, a turn's share at a time (the rest behind a
+        `_ReleaseHeld` to itself, so other actors get the loop meanwhile)."""
+        for _ in range(limits.inbox_drain_messages_max):
+            if not self._held or self._starting or self._rebuild is not None:
+                return
+            message = self._held.popleft()
+            if self._offline:
+                _refuse(message, ErrorCode.KAFKA_STORAGE_ERROR)
+            else:
+                self._handlers[type(message)](message)
+        if self._held:
+            self.actor_ref.tell(_ReleaseHeld())
+
+    def _refuse_held(self, error: ErrorCode) -> None:
+        held, self._held = self._held, collections.deque()
+        for message in held:
+            _refuse(message, error)
+
+    def _go_offline(self) -> None:
+        """The producer state cannot be known (its rebuild failed: the log cannot be read):
+        answer KAFKA_STORAGE_ERROR until a restart, and leave the Raft group."""
+        self._offline = True
+        if self._replication is not None:
+            self._replication.stop()
+        self.storage_failed()
+        self._refuse_held(ErrorCode.KAFKA_STORAGE_ERROR)
+        if self._log is not None and not self._starting:
+            self.services.long_polls.gone((self.topic, self.index))
 
     def _log_config(self) -> LogConfig:
         s = self.settings
@@ -335,6 +533,7 @@ class Partition(LoopActor):
     def log_start_moved(self) -> None:
         if self._log is not None:
             self._txns.log_start_moved(self._log.log_start_offset)
+            self._snapshots.log_start_moved(self._log.log_start_offset)
         if self._replication is not None and self._log is not None:
             self._replication.log_start_moved(self._log.log_start_offset)
         self._publish()
@@ -365,42 +564,88 @@ class Partition(LoopActor):
         self._fail_waiters(ErrorCode.KAFKA_STORAGE_ERROR)
 
     def _rebuild_producer_state(self) -> None:
-        """Producer and transaction state from the log, in one pass over its batch headers
-        (a transaction marker's own bytes are read back: its header does not say COMMIT or
-        ABORT)."""
+        """Producer and transaction state from the log, off the loop: from its last usable
+        snapshot, then the batch headers after it (actors/producer_rebuild.py). Until it is
+        back, client messages wait (`_hold`), and batches appended meanwhile are noted on the
+        run as well, to be played on the rebuilt tables; a rebuild already under way is
+        forgotten (its log was cut again)."""
         log_ = self._log
         assert log_ is not None
-        self._producers = ProducerStateTable()
-        self._txns = TxnState()
-        def read_back(h: BatchHeader) -> bytes:
-            return log_.read_bytes(h.base_offset, h.size, h.next_offset)
+        run = self._rebuild = RebuildRun(log_.next_offset)
+        scan, dir_fd, name = log_.header_scan(run.end_offset), log_.directory_fd(), str(self)
+        self._submit_rebuild(run, lambda: rebuild(dir_fd, scan, name))
 
-        for header in log_.iter_batch_headers(log_.log_start_offset):
-            self._note_batch(header, header.base_offset, read_back)
+    def _submit_rebuild(self, run: RebuildRun, job: Callable[[], Rebuilt]) -> None:
+        ref = self.actor_ref
+
+        def done(result: Rebuilt | None, error: BaseException | None) -> None:
+            try:
+                ref.tell(_Rebuilt(run, result, error))
+            except ActorDeadError:
+                pass  # stopped meanwhile: nothing to rebuild for
+
+        self.services.read_blocking(job, done)
+
+    def _rebuilt(self, m: _Rebuilt) -> None:
+        log_ = self._log
+        if m.run is not self._rebuild or log_ is None:
+            return  # the log was cut again meanwhile: a later run is out
+        if m.error is not None or m.result is None:
+            self._rebuild = None
+            log.critical("%s: producer state rebuild failed: %r; partition offline until a "
+                         "restart", self, m.error)
+            self._go_offline()
+            return
+        rebuilt = m.result
+        if m.run.overflowed:  # more came meanwhile than a run keeps: read them back too
+            run = self._rebuild = RebuildRun(log_.next_offset)
+            scan, start = log_.header_scan(run.end_offset), m.run.end_offset
+            self._submit_rebuild(run, lambda: rebuilt._replace(
+                replayed=rebuilt.replayed + replay(rebuilt.state, scan, start)))
+            return
+        self._rebuild = None
+        for header, base_offset, kind in m.run.notes:
+            rebuilt.state.note(header, base_offset, kind)
+        self._state = rebuilt.state
+        self._txns.log_start_moved(log_.log_start_offset)
+        log.debug("%s: producer state rebuilt from %s, %d batch headers read", self,
+                  "the log start" if rebuilt.snapshot_offset is None
+                  else f"the snapshot at {rebuilt.snapshot_offset}", rebuilt.replayed)
+        if self._starting:
+            self._maybe_started()
+            return
+        self._publish()  # the last stable offset may have moved
+        self._release_held()
 
     def _note_batch(self, header: BatchHeader, base_offset: int,
                     batch: Callable[[BatchHeader], bytes | memoryview]) -> None:
         """Feed the producer and transaction tables a batch appended at `base_offset` (the
-        leader's own, a follower's, or one read back on start); `batch(header)` gives its
-        bytes, asked only for a transaction marker."""
-        producer_id = header.producer_id
-        if producer_id < 0:
+        leader's own or a follower's); `batch(header)` gives its bytes, asked only for a
+        transaction marker. During a rebuild the run notes it too, for the rebuilt tables."""
+        if header.producer_id < 0:
             return
-        if header.is_control:
-            marker = read_marker(batch(header))
-            if marker is not None:
-                self._producers.marker(producer_id, header.producer_epoch,
-                                       marker.coordinator_epoch)
-                self._txns.marker(producer_id, base_offset + header.last_offset_delta,
-                                  marker.kind == ABORT)
+        kind = marker_kind(header, batch)
+        self._state.note(header, base_offset, kind)
+        if self._rebuild is not None:
+            self._rebuild.note(header, base_offset, kind)
+
+    def _maybe_snapshot(self, last: BatchHeader, data: bytearray | memoryview) -> None:
+        """After an append whose last batch is `last` (at its position in `data`): if the log
+        rolled, save the tables as of its end (actors/producer_snapshot.py). Not while a
+        rebuild runs: the tables are not exact until it is back. `last` was parsed before the
+        log set its offset and epoch (a new leader's no-op, a produce) and before a
+        LogAppendTime stamp changed its CRC: those come from the log and the bytes."""
+        log_ = self._log
+        assert log_ is not None
+        if log_.active_base_offset == self._snapshot_base:
             return
-        if header.base_sequence < 0:  # the group coordinator's transactional offsets
-            self._producers.no_sequence(producer_id, header.producer_epoch)
-        else:
-            self._producers.record(producer_id, header.producer_epoch, header.base_sequence,
-                                   base_offset, base_offset + header.last_offset_delta)
-        if header.is_transactional:
-            self._txns.data_batch(producer_id, base_offset)
+        self._snapshot_base = log_.active_base_offset
+        epoch = log_.last_epoch
+        if self._rebuild is None and epoch is not None:
+            end = log_.next_offset
+            crc = read_header(data, last.position).crc
+            boundary = Boundary(end - 1 - last.last_offset_delta, epoch, crc)
+            self._snapshots.write(self._state.snapshot(end, boundary))
 
     # Produce ------------------------------------------------------------------------------
 
@@ -470,6 +715,7 @@ class Partition(LoopActor):
             self._replication.proposed(result.base_offset,
                                        result.last_offset + 1 - result.base_offset)
         self._record_producers(m.records, m.headers, first_base)
+        self._maybe_snapshot(m.headers[-1], m.records)
         self._unflushed_bytes += size
         if self._disk_space is not None:
             self._disk_space.appended(size)
@@ -658,6 +904,9 @@ class Partition(LoopActor):
         durable = self._log.next_offset
         self._producers.forget_from(durable)
         self._txns.forget_from(durable)
+        self._snapshots.truncated(durable)
+        if self._rebuild is not None:  # it reads what was cut: start it again
+            self._rebuild_producer_state()
         self._unflushed_bytes = 0
         self._flush_failures += 1
         if self._flush_failures == 1:
@@ -945,6 +1194,7 @@ class Partition(LoopActor):
             self._note_batch(header, header.base_offset,
                              lambda h: view[h.position:h.position + h.size])
             self._unflushed_bytes += header.size
+        self._maybe_snapshot(headers[-1], view)
         self._carry_out(self._window.appended(last_offset))
 
     def follow_log_start(self, offset: int) -> None:
@@ -956,10 +1206,18 @@ class Partition(LoopActor):
             self._carry_out(self._window.committed(high_watermark))
 
     def log_rewritten(self) -> None:
-        """A cut or a reset changed what the log holds: producer state and the window follow."""
-        assert self._log is not None
+        """A cut or a reset changed what the log holds: producer state and the window follow.
+        The tables are rebuilt off the loop (client messages wait for them); meanwhile they
+        forget what was cut, so what is published stays close."""
+        log_ = self._log
+        assert log_ is not None
+        end = log_.next_offset
+        self._producers.forget_from(end)
+        self._txns.forget_from(end)
+        self._snapshots.truncated(end)
+        self._snapshots.log_start_moved(log_.log_start_offset)  # a reset: every one goes
         self._rebuild_producer_state()
-        self._carry_out(self._window.rewritten(self._log.next_offset))
+        self._carry_out(self._window.rewritten(end))
 
     def cut_complete(self) -> None:
         """A cut is durable: start the flush it held back, if one is wanted."""
@@ -1002,7 +1260,8 @@ class Partition(LoopActor):
         self.settings = m.settings
         if self._log is not None:
             self._log.set_config(self._log_config())
-            self._carry_out(self._window.set_write_caching(m.settings.write_caching))
+            if not self._starting:  # else the window is made from the settings at the start
+                self._carry_out(self._window.set_write_caching(m.settings.write_caching))
 
     def _delete_records(self, m: DeleteRecords) -> None:
         if not self._leading:
@@ -1018,16 +1277,27 @@ class Partition(LoopActor):
         if self._lone is not None:
             self._lone.stop()
         self._fail_waiters(gone)
+        self._refuse_held(gone)
         self._failed = gone  # produces still in the inbox are refused
         self._deleted = m.trash
         self._lifecycle.stop()
-        if not self._window.flush_in_flight:
+        if not self._log_in_io():
             self._finish_delete()
-        # else _flush_done finishes it: the flush holds the log's fds
+        # else _flush_done or _synced finishes it: the job holds the log's fds
 
     def _finish_delete(self) -> None:
         self._close_log()
         self.stop_now()
+
+
+# What waits while the partition starts or rebuilds its producer state (`_hold`).
+_WAIT_FOR_STATE = frozenset({Produce, Read, ListOffset, EpochEndOffset, PartitionInfo,
+                             DeleteRecords, WriteTxnMarker, TransferLeadership, _Warmed})
+
+
+def _refuse(message: Any, error: ErrorCode) -> None:
+    """`refuse`, and a read back from the read pool is its own read refused."""
+    refuse(message.message if isinstance(message, _Warmed) else message, error)
 
 
 def _acks(acks: int) -> Acks:

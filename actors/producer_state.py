@@ -33,7 +33,7 @@ from typing import NamedTuple
 from actors import limits
 from wire.errors import ErrorCode
 
-__all__ = ["ProducerStateTable", "SequenceCheck", "RememberedBatch"]
+__all__ = ["ProducerEntry", "ProducerStateTable", "SequenceCheck", "RememberedBatch"]
 
 _INT32_MAX = 2**31 - 1
 
@@ -56,6 +56,16 @@ class SequenceCheck(NamedTuple):
     duplicate: RememberedBatch | None = None
 
 
+class ProducerEntry(NamedTuple):
+    """One producer as the table holds it, for a snapshot (actors/producer_snapshot.py)."""
+
+    producer_id: int
+    epoch: int
+    next_sequence: int | None
+    batches: tuple[RememberedBatch, ...]
+    coordinator_epoch: int = -1  # its last transaction marker's
+
+
 @dataclass(slots=True)
 class _Producer:
     epoch: int
@@ -74,6 +84,24 @@ class ProducerStateTable:
 
     def __len__(self) -> int:
         return len(self._producers)
+
+    def entries(self) -> list[ProducerEntry]:
+        """Every producer, the one that wrote least recently first (the order `restored`
+        needs to forget the same one next)."""
+        return [ProducerEntry(pid, p.epoch, p.next_sequence, tuple(p.batches),
+                              p.coordinator_epoch)
+                for pid, p in self._producers.items()]
+
+    @classmethod
+    def restored(cls, entries: list[ProducerEntry]) -> ProducerStateTable:
+        """The table `entries()` was taken from."""
+        table = cls()
+        for entry in entries:
+            producer = _Producer(entry.epoch, next_sequence=entry.next_sequence,
+                                 coordinator_epoch=entry.coordinator_epoch)
+            producer.batches.extend(entry.batches)
+            table._producers[entry.producer_id] = producer
+        return table
 
     def check(
         self, producer_id: int, epoch: int, first_sequence: int, last_offset_delta: int

@@ -60,7 +60,9 @@ __all__ = [
     "ABORT",
     "COMMIT",
     "AbortedTxn",
+    "EndedTxn",
     "Marker",
+    "TxnEntries",
     "TxnState",
     "marker_batch",
     "marker_type",
@@ -125,24 +127,46 @@ class AbortedTxn(NamedTuple):
     last_offset: int  # the ABORT marker's offset
 
 
-class _Ended(NamedTuple):
+class EndedTxn(NamedTuple):
+    """A transaction whose marker is in the log, not yet committed."""
+
     producer_id: int
     first_offset: int
     marker_offset: int
     aborted: bool
 
 
+class TxnEntries(NamedTuple):
+    """What a TxnState holds, for a snapshot (actors/producer_snapshot.py)."""
+
+    open: tuple[tuple[int, int], ...]  # (producer id, first offset), oldest first
+    ended: tuple[EndedTxn, ...]  # marker order
+    aborted: tuple[AbortedTxn, ...]  # marker order
+
+
 class TxnState:
     def __init__(self) -> None:
         # Insertion order is first-offset order: a transaction opens at the log's end.
         self._open: dict[int, int] = {}
-        self._ended: collections.deque[_Ended] = collections.deque()  # marker order
+        self._ended: collections.deque[EndedTxn] = collections.deque()  # marker order
         self._aborted: collections.deque[AbortedTxn] = collections.deque()  # marker order
         self.aborted_forgotten = 0  # entries dropped past the limit (a log line, tests)
 
     def __repr__(self) -> str:
         return (f"TxnState(open={self._open}, ended={list(self._ended)}, "
                 f"aborted={len(self._aborted)})")
+
+    def entries(self) -> TxnEntries:
+        return TxnEntries(tuple(self._open.items()), tuple(self._ended), tuple(self._aborted))
+
+    @classmethod
+    def restored(cls, entries: TxnEntries) -> TxnState:
+        """The state `entries()` was taken from."""
+        state = cls()
+        state._open = dict(entries.open)
+        state._ended.extend(entries.ended)
+        state._aborted.extend(entries.aborted)
+        return state
 
     # Questions ----------------------------------------------------------------------------
 
@@ -196,7 +220,7 @@ class TxnState:
         """A COMMIT or ABORT marker for `producer_id` was appended at `offset`."""
         first = self._open.pop(producer_id, None)
         if first is not None:
-            self._ended.append(_Ended(producer_id, first, offset, aborted))
+            self._ended.append(EndedTxn(producer_id, first, offset, aborted))
 
     def committed(self, high_watermark: int) -> None:
         """Everything below `high_watermark` is committed: markers below it are final."""
@@ -221,7 +245,7 @@ class TxnState:
         """The log was cut at `offset`: forget what was written there. A transaction whose
         marker was cut but whose data was not is open again; one that began at or past the
         cut is gone."""
-        entries: list[_Ended | AbortedTxn] = [*self._ended, *self._aborted]
+        entries: list[EndedTxn | AbortedTxn] = [*self._ended, *self._aborted]
         reopened = {e.producer_id: e.first_offset for e in entries
                     if e.first_offset < offset <= _end_of(e)}
         opened = {pid: first for pid, first in self._open.items() if first < offset}
@@ -231,5 +255,5 @@ class TxnState:
         self._aborted = collections.deque(a for a in self._aborted if a.last_offset < offset)
 
 
-def _end_of(entry: _Ended | AbortedTxn) -> int:
-    return entry.marker_offset if isinstance(entry, _Ended) else entry.last_offset
+def _end_of(entry: EndedTxn | AbortedTxn) -> int:
+    return entry.marker_offset if isinstance(entry, EndedTxn) else entry.last_offset

@@ -8,24 +8,33 @@ back to it (storage/log.py tells the whole dance and why a failed flush cuts).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from pathlib import Path
+
 from storage import probes
+from storage.metadata_file import fsync_directory
 from storage.segment import Segment
 
 __all__ = ["FlushAccounting", "FlushTicket"]
 
 
 class FlushTicket:
-    """Makes everything below `offset` durable; `run` blocks and touches only its own fds."""
+    """Makes everything below `offset` durable; `run` blocks and touches only its own fds,
+    and the directories in `parents` (opened by path: the log's first ticket syncs the entry
+    of the log's own directory in its parent)."""
 
-    __slots__ = ("offset", "_fds")
+    __slots__ = ("offset", "_fds", "_parents")
 
-    def __init__(self, offset: int, fds: list[int]) -> None:
+    def __init__(self, offset: int, fds: list[int], parents: Sequence[Path] = ()) -> None:
         self.offset = offset
         self._fds = fds
+        self._parents = parents
 
     def run(self) -> None:
         for fd in self._fds:
             probes.fdatasync(fd)  # os.fdatasync, unless a failure probe is set
+        for directory in self._parents:
+            fsync_directory(directory)
 
     def __repr__(self) -> str:
         return f"FlushTicket(offset={self.offset}, fds={len(self._fds)})"
@@ -69,6 +78,15 @@ class FlushAccounting:
         self._ticket_failed()
         self._truncated_to = None
         self.truncate(self.flushed_offset)
+
+    def flush_abandoned(self, ticket: FlushTicket) -> None:
+        """The ticket's run raised, and the log is not to be cut back: the first ticket after
+        open, whose flushed offset is only the log start (storage/log.py `_recovery_unsynced`).
+        Nothing moves; the caller takes the log offline, and the next open recovers it."""
+        assert ticket is self._ticket, (ticket, self._ticket)
+        self._ticket = None
+        self._ticket_failed()
+        self._truncated_to = None
 
     def _ticket_failed(self) -> None:
         """Whatever the failed ticket was to sync is to be synced by the next one."""

@@ -10,6 +10,16 @@ caller runs on an I/O thread while appends continue:
     ticket.run()                     # I/O thread: os.fdatasync on the captured fds only
     log.flush_complete(ticket)       # actor: flushed_offset = ticket.offset
 
+Opening recovers the directory (storage/recovery.py) and counts nothing as flushed: a kill -9
+leaves unsynced bytes in the page cache, where recovery finds them whole, and a power loss
+after the restart would still take them. Every segment file and the directory are handed to
+the first flush ticket, which the caller runs (on its I/O pool) before it advertises
+anything; only its `flush_complete` moves flushed_offset from the log start to the log end:
+
+    log = DiskLog.open(d)            # recovered: flushed = start, written = next
+    ticket = log.flush_prepare()     # every segment file, the directory and its parent
+    ticket.run(); log.flush_complete(ticket)   # flushed = next
+
 Offsets: batch i of an append gets base offset next_offset, then each batch starts right after
 the previous batch's last offset. Example: next_offset 10, batches of 3 and 2 records ->
 bases 10 and 13, AppendResult(base_offset=10, last_offset=14), next_offset 15.
@@ -55,6 +65,7 @@ from typing import NamedTuple, Protocol
 
 from storage import limits
 from storage.flush import FlushAccounting, FlushTicket
+from storage.header_scan import HeaderScan
 from storage.metadata_file import read_json, write_atomic_at
 from storage.page_cache import NotCached, cached, no_readahead
 from storage.recovery import load_epochs, open_segments
@@ -262,15 +273,17 @@ class DiskLog(FlushAccounting, ReplicaAccounting):
         self._unsynced: set[Segment] = set()
         self._dir_fd = os.open(directory, os.O_RDONLY)
         self._dir_dirty = False  # segment files created or removed since the last ticket
+        self._parent_dirty = False  # the directory's own entry is to be synced (after open)
         self._ticket: FlushTicket | None = None
         self._ticket_segments: set[Segment] = set()  # whose fds the ticket out syncs
         self._truncated_to: int | None = None  # lowest truncation while a ticket is out
-        self.next_offset = self.written_offset = self.flushed_offset = segments[-1].next_offset
+        self.next_offset = self.written_offset = segments[-1].next_offset
         # DeleteRecords may have moved the start inside the first segment (its checkpoint);
         # a reset records the epoch before the start with it.
         saved = read_json(directory / LOG_START_FILE, {})
         saved_start = saved.get("log_start_offset", 0)
         self.log_start_offset = min(max(segments[0].base_offset, saved_start), self.next_offset)
+        self._recovery_unsynced(segments)
         self._epochs = load_epochs(segments, self.log_start_offset, self.next_offset)
         if self._epochs.epoch_before_start is None and saved_start == self.log_start_offset:
             self._epochs.epoch_before_start = saved.get("epoch_before_start")
@@ -282,13 +295,45 @@ class DiskLog(FlushAccounting, ReplicaAccounting):
 
     @classmethod
     def open(cls, directory: str | Path, config: LogConfig = LogConfig()) -> DiskLog:  # noqa: B008
-        """Open (creating or recovering) the log in `directory`; everything in it is durable."""
+        """Open (creating or recovering) the log in `directory`. What recovery kept is not yet
+        counted as flushed: the first flush ticket syncs it (see `_recovery_unsynced`)."""
         directory = Path(directory)
         return cls(directory, config, open_segments(directory, config.index_interval_bytes))
+
+    def _recovery_unsynced(self, segments: list[Segment]) -> None:
+        """A kill -9 leaves what its process wrote in the page cache, where recovery finds it
+        whole and keeps it; a power loss after the restart would still take it. No file says
+        which bytes an fdatasync covered, so every segment counts as unsynced (an fdatasync
+        of a clean file costs little) and so does the directory, with its parent, where the
+        partition's own directory entry is: flushed_offset stays at the log start until the
+        first flush ticket, which syncs them all, completes. The indexes are left out: they
+        are hints that recovery rebuilds when they disagree with the log."""
+        self.flushed_offset = self.log_start_offset
+        for segment in segments:
+            segment.dirty = True
+            self._unsynced.add(segment)
+        self._dir_dirty = True
+        self._parent_dirty = True
 
     @property
     def segment_base_offsets(self) -> list[int]:
         return list(self._bases)
+
+    @property
+    def active_base_offset(self) -> int:
+        """The active segment's base offset: it changes when the log rolls."""
+        return self._bases[-1]
+
+    def header_scan(self, end_offset: int) -> HeaderScan:
+        """The log's batch headers below `end_offset`, to read off the loop while the log
+        goes on (storage/header_scan.py)."""
+        return HeaderScan([(s, s.file) for s in self._segments], self.log_start_offset,
+                          end_offset)
+
+    def directory_fd(self) -> int:
+        """A handle of the caller's own on this log's directory, for a job off the loop (the
+        caller closes it): a topic deleted or made again meanwhile is not touched."""
+        return os.dup(self._dir_fd)
 
     def _check_offsets(self) -> None:
         assert self.flushed_offset <= self.written_offset <= self.next_offset, self
@@ -413,7 +458,9 @@ class DiskLog(FlushAccounting, ReplicaAccounting):
         if self._dir_dirty:
             fds.append(self._dir_fd)
             self._dir_dirty = False
-        self._ticket = FlushTicket(self.written_offset, fds)
+        parents = [self.directory.parent] if self._parent_dirty else []
+        self._parent_dirty = False
+        self._ticket = FlushTicket(self.written_offset, fds, parents)
         self._truncated_to = None
         return self._ticket
 
@@ -424,6 +471,7 @@ class DiskLog(FlushAccounting, ReplicaAccounting):
             self._unsynced.add(segment)
         self._ticket_segments = set()
         self._dir_dirty = True
+        self._parent_dirty = True  # in case the ticket was the first: rare, and costs little
 
     # Reading -------------------------------------------------------------------------------
 

@@ -210,10 +210,11 @@ class MemoryLog(FlushAccounting, ReplicaAccounting):
         return self._cut
 
     def forget_volatile_state(self) -> None:
-        """Become what a DiskLog is after close and reopen: everything flushed, and the active
-        segments' first-append times unknown (the time-based roll clock restarts)."""
+        """Become what a DiskLog is after close and reopen: nothing counted as flushed until
+        the next flush ticket (the recovery sync, storage/log.py), and the active segments'
+        first-append times unknown (the time-based roll clock restarts)."""
         assert self._ticket is None
-        self.flushed_offset = self.written_offset
+        self.flushed_offset = self.log_start_offset
         for segment in self._segments:
             segment.first_append_ms = None
 

@@ -11,6 +11,9 @@ ends, overlapping it or leaving a gap: a truncation or reset that a crash cut sh
 segment's removal not yet on disk) leaves one, and the log is then the part before it.
 Temp files, index files without a log and files retention marked `.deleted` are removed.
 `load_epochs` then builds the epoch cache (storage/epochs.py) from the recovered segments.
+What recovery keeps may never have been synced (a kill -9 leaves it in the page cache): the
+DiskLog it opens counts none of it as flushed until its first flush ticket has synced every
+segment file (storage/log.py).
 """
 
 from __future__ import annotations

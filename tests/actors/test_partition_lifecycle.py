@@ -80,10 +80,14 @@ def open_fds() -> set[str]:
 
 
 def start(tmp_path: Path) -> tuple[Any, HeldServices, Path]:
+    """A partition, started: its start's jobs (the recovery sync, the producer state) are
+    let through at once."""
     services = HeldServices(tmp_path)
     directory = tmp_path / "t-0"
     settings = TopicSettings(1 << 30, 1 << 40, 1 << 20, False, False)
-    return Partition.start("t", 0, TOPIC_ID, directory, settings, services), services, directory
+    ref = Partition.start("t", 0, TOPIC_ID, directory, settings, services)
+    services.release()
+    return ref, services, directory
 
 
 def produce(ref: Any, answers: list[ProduceResult]) -> None:

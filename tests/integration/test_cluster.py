@@ -14,6 +14,7 @@ each client library is in test_cluster_clients.py.
 from __future__ import annotations
 
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -39,11 +40,14 @@ from tests.support.cluster import (
     controller_commands,
     first_offset_after_epoch,
     read_partitions,
+    stored_batches,
     wait_until,
     whole_batches,
 )
+from tests.support.power_loss import cachestat_available, lose_unsynced, unsynced_files
 from tests.support.raw_client import RawClient, request
 from wire.messages.create_topics import CreateTopicsRequest
+from wire.record_batch import read_header
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -226,6 +230,92 @@ def test_a_follower_that_lost_its_tail_to_power_loss_is_repaired(cluster: Cluste
     stored = read_partitions(cluster.bootstrap(), topic, PARTITIONS)
     assert_acknowledged_once(load.acknowledged, stored)
     _assert_every_node_reads(cluster, topic, stored)
+
+
+# 4c. A follower's power loss after a kill -9 and a restart ------------------------------------
+
+_DELAY_PROBE = "/v1/failure-probes/storage/fdatasync/delay?ms=60000"
+
+
+def _put(node: Any, path: str) -> None:
+    request = urllib.request.Request(f"http://127.0.0.1:{node.admin_port}{path}", method="PUT")
+    with urllib.request.urlopen(request, timeout=10) as answer:
+        assert answer.status == 200, answer.status
+
+
+def _stored_end(data_dir: Path, topic: str) -> int:
+    """One past the last offset of the whole batches in a replica's segment files."""
+    batches = stored_batches(data_dir, topic, 0)
+    return read_header(batches[-1][2]).last_offset + 1 if batches else 0
+
+
+@pytest.fixture
+def injectable(tmp_path: Path) -> Iterator[Cluster]:
+    yield from cluster_fixture(
+        tmp_path / "cluster", "--raft-election-timeout-ms", str(ELECTION_TIMEOUT_MS),
+        "--enable-failure-injection")
+
+
+def test_a_follower_acknowledges_what_recovery_kept_only_once_it_is_synced(
+    injectable: Cluster,
+) -> None:
+    # A kill -9 leaves a follower's unsynced appends in the page cache, where recovery finds
+    # them whole. Counted as flushed at once, they were acknowledged by the restarted follower
+    # and made records committed with it and the leader alone; a power loss of the follower,
+    # then a kill -9 of the leader, and the third node and the follower elected a leader
+    # without them: acknowledged records gone. The power loss cuts each of the follower's
+    # files where its page cache still held dirty pages (tests/support/power_loss.py).
+    if not cachestat_available():
+        pytest.skip("cachestat(2) (Linux 6.5) tells what a power loss would take")
+    cluster, topic = injectable, "recovered"
+    cluster.create_topic(topic, 1, config={"segment.ms": "1"})  # a segment for each append
+    delivered: dict[tuple[int, int], bytes] = {}
+    producer = Producer({"bootstrap.servers": cluster.bootstrap(), "acks": "all",
+                         "linger.ms": 5, "enable.idempotence": True,
+                         "message.timeout.ms": 90_000})  # fmt: skip
+
+    def on_delivery(err: Any, message: Any) -> None:
+        assert err is None, err
+        delivered[(message.partition(), message.offset())] = message.value()
+
+    # Its producer id first: the controller's log is synced through the same probe.
+    for i in range(50):
+        producer.produce(topic, value=b"before %d" % i, partition=0, on_delivery=on_delivery)
+    assert producer.flush(60) == 0, "records left undelivered"
+    acked = dict(delivered)
+    delivered.clear()
+    leader = cluster.wait_leader(topic, 0)
+    follower, third = [i for i in cluster.nodes if i != leader]
+    before = _stored_end(cluster[leader].data_dir, topic)
+    cluster[third].kill9()
+    _put(cluster[follower], _DELAY_PROBE)  # its fdatasyncs hang: what it appends stays dirty
+    for i in range(30):
+        producer.produce(topic, value=b"after %d" % i, partition=0, on_delivery=on_delivery)
+
+    def follower_has_them() -> bool:
+        producer.poll(0.1)
+        return _stored_end(cluster[follower].data_dir, topic) == before + 30
+
+    wait_until(follower_has_them, 30, "the follower holding them all")
+    assert not delivered, "acknowledged by the leader alone"
+    cluster[follower].kill9()
+    partition_dir = cluster[follower].data_dir / f"{topic}-0"
+    assert unsynced_files(partition_dir), "the follower's appends are on the disk already"
+    cluster.restart(follower)
+    assert producer.flush(60) == 0, "records left undelivered"
+    acked.update(delivered)
+    # Power loss of the follower, then a kill -9 of the leader; the other two elect.
+    cluster[follower].kill9()
+    lost = lose_unsynced(partition_dir)
+    print(f"node {follower}'s power loss cut {lost}")
+    cluster[leader].kill9()
+    cluster.restart(third)
+    cluster.restart(follower)
+    cluster.wait_leader(topic, 0, not_on=leader)
+    cluster.restart(leader)
+    cluster.wait_replicas_converged(topic, 1)
+    stored = read_partitions(cluster.bootstrap(), topic, 1)
+    assert_acknowledged_once([(p, o, v) for (p, o), v in acked.items()], stored)
 
 
 # 5. SIGTERM of a leader ----------------------------------------------------------------------

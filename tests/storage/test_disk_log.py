@@ -58,7 +58,9 @@ def test_close_and_reopen_keeps_everything(tmp_path):
     ts_answer = log.offset_for_timestamp(1050)
     log.close()
     log = DiskLog.open(tmp_path, SMALL_SEGMENTS)
-    assert (log.next_offset, log.written_offset, log.flushed_offset) == (200, 200, 200)
+    assert (log.next_offset, log.written_offset, log.flushed_offset) == (200, 200, 0)
+    log.flush()  # the recovery sync
+    assert log.flushed_offset == 200
     assert everything(log) == before and log.segment_base_offsets == bases
     assert log.max_timestamp() == max_ts == (198, 1099)
     assert log.offset_for_timestamp(1050) == ts_answer == (100, 1050)
@@ -380,3 +382,85 @@ def test_a_failed_flush_cuts_the_log_back_to_what_was_durable(tmp_path, monkeypa
     reopened = DiskLog.open(tmp_path, SMALL_SEGMENTS)
     assert everything(reopened) == after and reopened.next_offset == durable + 10
     reopened.close()
+
+
+# What recovery keeps is synced before it counts as flushed (issue #26, defect 4) ----------------
+
+
+def _synced_paths(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Record every fdatasync and fsync from here on by the path of its file."""
+    from storage import probes
+
+    synced: list[str] = []
+    real_fdatasync, real_fsync = os.fdatasync, os.fsync
+
+    def path_of(fd: int) -> str:
+        return os.readlink(f"/proc/self/fd/{fd}")
+
+    def fdatasync(fd: int) -> None:
+        synced.append(path_of(fd))
+        real_fdatasync(fd)
+
+    def fsync(fd: int) -> None:
+        synced.append(path_of(fd))
+        real_fsync(fd)
+
+    monkeypatch.setattr(probes, "fdatasync", fdatasync)
+    monkeypatch.setattr(os, "fsync", fsync)
+    return synced
+
+
+def test_a_reopened_log_is_flushed_only_once_its_first_ticket_synced_every_file(
+    tmp_path, monkeypatch
+):
+    # Appended, never flushed, the process gone (a kill -9 leaves the bytes in the page
+    # cache, where recovery finds them whole): nothing of it may count as durable until an
+    # fdatasync of each segment file (and the directory, and its entry in the parent) ran.
+    directory = tmp_path / "t-0"
+    log = DiskLog.open(directory, SMALL_SEGMENTS)
+    fill(log, 60)
+    end, before = log.next_offset, everything(log)
+    log.close()
+    synced = _synced_paths(monkeypatch)
+    log = DiskLog.open(directory, SMALL_SEGMENTS)
+    assert everything(log) == before
+    assert (log.log_start_offset, log.flushed_offset, log.written_offset) == (0, 0, end)
+    assert log.next_offset == end
+    ticket = log.flush_prepare()
+    assert ticket is not None and ticket.offset == end
+    assert synced == []  # nothing synced on open: the ticket does it, on the caller's pool
+    ticket.run()
+    log.flush_complete(ticket)
+    assert log.flushed_offset == end and log.flush_prepare() is None
+    segments = {str(p) for p in segment_files(directory, ".log")}
+    assert len(segments) == len(log.segment_base_offsets) > 3
+    assert segments <= set(synced), sorted(segments - set(synced))
+    assert str(directory) in synced and str(tmp_path) in synced
+    assert len(synced) == len(set(synced)), synced  # one sync per file
+    log.close()
+
+
+def test_a_failed_recovery_sync_cuts_nothing_and_the_next_ticket_syncs_it_all(
+    tmp_path, monkeypatch
+):
+    from storage import probes
+
+    log = DiskLog.open(tmp_path, SMALL_SEGMENTS)
+    fill(log, 30)
+    end, before = log.next_offset, everything(log)
+    log.close()
+    log = DiskLog.open(tmp_path, SMALL_SEGMENTS)
+    ticket = log.flush_prepare()
+    assert ticket is not None
+    monkeypatch.setattr(probes.PROBES, "fdatasync_error", True)
+    with pytest.raises(OSError):
+        ticket.run()
+    monkeypatch.setattr(probes.PROBES, "fdatasync_error", False)
+    log.flush_abandoned(ticket)  # not flush_failed: the flushed offset is only the start
+    assert (log.flushed_offset, log.written_offset, log.next_offset) == (0, end, end)
+    assert everything(log) == before
+    synced = _synced_paths(monkeypatch)
+    log.flush()
+    assert log.flushed_offset == end
+    assert {str(p) for p in segment_files(tmp_path, ".log")} <= set(synced)
+    log.close()
