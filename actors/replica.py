@@ -33,7 +33,11 @@ cold ranges, which the shard's read pool brings in first (storage/page_cache.py)
 never waiting on the disk. (The machine's batch reader, `log_batch_reader`, reads batch
 headers of the same ranges just before: a header read of a cold range can still wait.) An
 append whose batches the log does not hold whole, as its ranges name them, is not sent (a
-new leader's no-op still waiting behind a cut): the follower is probed again. Offsets
+new leader's no-op still waiting behind a cut): the follower is probed again. Its first
+batch may start before its first offset: a follower whose log start DeleteRecords put
+inside a batch (an install at the leader's start, which may be anywhere) asks from there,
+and its empty log takes that batch whole, restarting at its base offset, its start staying
+(storage/replica.py). Offsets
 between batches may be missing: compaction drops emptied batches (storage/compaction.py).
 A follower writes an empty batch in each such gap (Kafka's kind, that compaction keeps), so
 its own log goes on batch after batch, as its segments must for recovery.
@@ -142,13 +146,12 @@ def read_range(log_: Log, first: int, last: int, nowait: bool = False) -> bytes:
 
 def read_append(log_: Log, first: int, last: int, nowait: bool = False) -> bytes | None:
     """The bytes of an append naming `first..last`, or None when the log does not hold them
-    whole: the last batch must end at `last`, and none may start before `first` but the one
-    holding the log start (DeleteRecords moves it to any offset). The offsets between may be
-    gaps that compaction left."""
+    whole: the last batch must end at `last`. The first may start before `first`: a
+    follower's log start that DeleteRecords put inside a batch (ours, or a former leader's
+    that installed it there) is where it asks from, and it takes the batch holding it whole
+    (`Replica._append`). The offsets between may be gaps that compaction left."""
     data, base, end = _read_batches(log_, first, last, nowait)
-    if base is None or end != last + 1:
-        return None
-    return data if base >= first or first == log_.log_start_offset else None
+    return None if base is None or end != last + 1 else data
 
 
 def _read_batches(log_: Log, first: int, last: int, nowait: bool) -> tuple[bytes, int | None,
@@ -473,7 +476,7 @@ class Replica:
             # The message's batches from the first the machine asks for (it names only what
             # continues our log: a retransmission's head is already here).
             headers = [h for h in iter_batches(data, check_crc=False) if h.last_offset >= first]
-            _check_matches(headers, write)
+            _check_matches(headers, write, first == log_.log_start_offset)
             data, headers = _fill_gaps(data, headers, write.ranges)
             log_.append_replicated(data, headers, host.now_ms())
         host.appended(log_.next_offset - 1, headers, data)
@@ -525,12 +528,14 @@ class Replica:
         self.closed = True
 
 
-def _check_matches(headers: list[BatchHeader], write: Append) -> None:
+def _check_matches(headers: list[BatchHeader], write: Append, at_start: bool) -> None:
     """The batches are what the machine's ranges name: none starts before the first range
-    (one that does means this log ends inside a batch of the leader's), each has the term of
-    its range, and the last ends where the ranges end. Else NotContiguous, nothing written."""
+    (one that does means this log ends inside a batch of the leader's) but where the log
+    continues at its start (`at_start`: an install put it inside a batch; the log takes that
+    batch whole, storage/replica.py), each has the term of its range, and the last ends
+    where the ranges end. Else NotContiguous, nothing written."""
     ranges = write.ranges
-    if not headers or headers[0].base_offset < ranges[0].base or (
+    if not headers or (headers[0].base_offset < ranges[0].base and not at_start) or (
             headers[-1].last_offset != ranges[-1].last):
         span = f"{headers[0].base_offset}..{headers[-1].last_offset}" if headers else "none"
         raise NotContiguous(f"batches {span} for offsets {ranges[0].base}..{ranges[-1].last}")
@@ -550,7 +555,8 @@ def _fill_gaps(data: bytearray, headers: list[BatchHeader],
     ranges give those offsets. A follower's log goes on batch after batch: its segments roll
     where the leader's did not, and recovery needs each to start where the one before ends
     (storage/recovery.py)."""
-    expected = ranges[0].base
+    start = min(ranges[0].base, headers[0].base_offset)  # a batch holding the log start
+    expected = start
     gaps = False
     for h in headers:
         gaps = gaps or h.base_offset != expected
@@ -558,7 +564,7 @@ def _fill_gaps(data: bytearray, headers: list[BatchHeader],
     if not gaps:
         return data, headers
     out = bytearray()
-    expected = ranges[0].base
+    expected = start
     for h in headers:
         if h.base_offset > expected:
             out += gap_batch(expected, h.base_offset - 1, _term_at(ranges, expected))

@@ -359,11 +359,24 @@ class DiskLog(FlushAccounting, ReplicaAccounting):
         self, records: bytearray, headers: list[BatchHeader], now_ms: int
     ) -> AppendResult:
         """A follower's append of the leader's batches, offsets and epochs as they are; they
-        must continue the log (else NotContiguous, nothing written)."""
+        must continue the log (else NotContiguous, nothing written). A log that holds no
+        batch takes a first one that holds its start: its segment restarts at the batch's
+        base offset, the start staying (storage/replica.py)."""
         assert not self._closed
         self._check_no_cut()
-        batches = replicated_batches(headers, self.next_offset, self._epochs.last_epoch)
-        return self._append(records, headers[0].position, batches, now_ms)
+        base = self._replicated_base(headers[0])
+        batches = replicated_batches(headers, base, self._epochs.last_epoch)
+        if base == self.next_offset:
+            return self._append(records, headers[0].position, batches, now_ms)
+        self._start_afresh(base)
+        try:
+            return self._append(records, headers[0].position, batches, now_ms)
+        finally:
+            if self.next_offset < self.log_start_offset:  # it failed: empty at the start again
+                self._start_afresh(self.log_start_offset)
+
+    def _holds_no_batch(self) -> bool:
+        return len(self._segments) == 1 and self._segments[0].is_empty
 
     def _append(
         self, records: bytearray, start: int, batches: list[BatchInfo], now_ms: int
@@ -375,8 +388,8 @@ class DiskLog(FlushAccounting, ReplicaAccounting):
         except OSError as e:
             self._undo_append(first_offset)  # OSError if even the cut fails
             raise AppendFailed(e) from e
-        for batch in batches:
-            self._epochs.append(batch.epoch, batch.base_offset)
+        for batch in batches:  # a follower's first batch may hold the start (append_replicated)
+            self._epochs.append(batch.epoch, max(batch.base_offset, self.log_start_offset))
         self.next_offset = self.written_offset = batches[-1].last_offset + 1
         self._check_offsets()
         return append_result(batches)
@@ -655,6 +668,10 @@ class DiskLog(FlushAccounting, ReplicaAccounting):
         active.truncate(offset)
         self._unsynced.add(active)
         self.next_offset = self.written_offset = active.next_offset
+        if self.next_offset < self.log_start_offset and self._holds_no_batch():
+            # The batch that held the start went (a follower's first, its head below the
+            # start: append_replicated): the log is empty at its start again.
+            self._start_afresh(self.log_start_offset)
         self._epochs.truncate(self.next_offset)
         self._cap_flushed()
 
@@ -681,18 +698,24 @@ class DiskLog(FlushAccounting, ReplicaAccounting):
         assert not self._closed and start_offset >= 0
         assert self._cut is None, f"{self}: a reset while {self._cut} is out"
         self._check_offsets()
-        self._drop_segments_from(-1, keep_first=False)
-        segment = Segment(self.directory, start_offset, self.config.index_interval_bytes)
-        if self._serving:
-            no_readahead(segment.fd)
-        self._segments, self._bases = [segment], [start_offset]
-        self.log_start_offset = self.next_offset = self.written_offset = start_offset
+        self._start_afresh(start_offset)
+        self.log_start_offset = start_offset
         self._epochs.reset(epoch)
-        self._cap_flushed()
-        self.flushed_offset = start_offset  # nothing below the start is in the log
         state = json.dumps(self._log_start_state(start_offset)).encode()
         self._cut = CutTicket(start_offset, [], self._dir_fd, (LOG_START_FILE, state))
         return self._cut
+
+    def _start_afresh(self, base_offset: int) -> None:
+        """Every segment goes; the log goes on from one empty segment at `base_offset`, with
+        nothing in it to flush (the log start is the caller's to set)."""
+        self._drop_segments_from(-1, keep_first=False)
+        segment = Segment(self.directory, base_offset, self.config.index_interval_bytes)
+        if self._serving:
+            no_readahead(segment.fd)
+        self._segments, self._bases = [segment], [base_offset]
+        self.next_offset = self.written_offset = base_offset
+        self._cap_flushed()  # and a flush ticket out covers none of the new segment
+        self.flushed_offset = base_offset
 
     def _drop_segments_from(self, offset: int, keep_first: bool = True) -> None:
         """Remove the segments that start at or after `offset` (the first one stays, unless

@@ -94,8 +94,21 @@ class MemoryLog(FlushAccounting, ReplicaAccounting):
         self, records: bytearray, headers: list[BatchHeader], now_ms: int
     ) -> AppendResult:
         self._check_no_cut()
-        batches = replicated_batches(headers, self.next_offset, self._epochs.last_epoch)
+        base = self._replicated_base(headers[0])
+        batches = replicated_batches(headers, base, self._epochs.last_epoch)
+        if base < self.next_offset:
+            self._start_afresh(base)
         return self._append(records, headers, batches, now_ms)
+
+    def _holds_no_batch(self) -> bool:
+        return len(self._segments) == 1 and not self._segments[0].batches
+
+    def _start_afresh(self, base_offset: int) -> None:
+        """DiskLog._start_afresh."""
+        self._segments = [_MemorySegment(base_offset)]
+        self.next_offset = self.written_offset = base_offset
+        self._cap_flushed()
+        self.flushed_offset = base_offset
 
     def _append(self, records: bytearray, headers: list[BatchHeader], batches: list[BatchInfo],
                 now_ms: int) -> AppendResult:
@@ -109,7 +122,7 @@ class MemoryLog(FlushAccounting, ReplicaAccounting):
             if active.first_append_ms is None:
                 active.first_append_ms = now_ms
             active.append(bytes(records[header.position:header.position + header.size]))
-            self._epochs.append(batch.epoch, batch.base_offset)
+            self._epochs.append(batch.epoch, max(batch.base_offset, self.log_start_offset))
         self.next_offset = self.written_offset = batches[-1].last_offset + 1
         self._check_offsets()
         return append_result(batches)
@@ -188,6 +201,8 @@ class MemoryLog(FlushAccounting, ReplicaAccounting):
         # Keep batches with base < offset: the batch holding `offset` stays whole.
         active.keep(sum(1 for h in active.headers if h.base_offset < offset))
         self.next_offset = self.written_offset = active.next_offset
+        if self.next_offset < self.log_start_offset and self._holds_no_batch():
+            self._start_afresh(self.log_start_offset)  # DiskLog.truncate
         self._epochs.truncate(self.next_offset)
         self._cap_flushed()
 
@@ -201,11 +216,9 @@ class MemoryLog(FlushAccounting, ReplicaAccounting):
     def reset(self, start_offset: int, epoch: int) -> CutTicket:
         """DiskLog.reset; the ticket syncs nothing."""
         assert self._cut is None and start_offset >= 0, (self._cut, start_offset)
-        self._segments = [_MemorySegment(start_offset)]
-        self.log_start_offset = self.next_offset = self.written_offset = start_offset
+        self._start_afresh(start_offset)
+        self.log_start_offset = start_offset
         self._epochs.reset(epoch)
-        self._cap_flushed()
-        self.flushed_offset = start_offset
         self._cut = CutTicket(start_offset, [])
         return self._cut
 

@@ -11,6 +11,23 @@ leader's log start, drops its whole log to start again there (`reset`). Both cut
     ticket.run()                     # I/O thread: fdatasync of the cut file, fsync of the dir
     log.cut_complete(ticket)         # loop: the cut is durable; the log takes appends again
 
+DeleteRecords moves a leader's log start to any offset, inside a batch too, and a reset
+follower's log then starts there, empty; the leader can only send it the whole batch that
+holds that start. A log that holds no batch takes a first batch that holds its start: its
+segment restarts at the batch's base offset, the log start staying where it is, so reads
+below it are still refused (Kafka's follower does the same, truncateFullyAndStartAt the
+batch's base). The log is then as a leader's is after that DeleteRecords:
+
+    reset(25, 3)                      start 25, next 25, one empty segment at 25
+    append_replicated([20..29 @3])    start 25, next 30, one segment at 20; epochs [(3, 25)]
+
+That restart needs no ticket: its segment is new, written and synced by the next flush
+ticket (with the directory), and nothing in it counts as flushed until then. A crash before
+that leaves the old empty segment (what follows it does not start where it ends, so
+recovery drops it), the new one, or both; if the batch itself did not survive, the log
+reopens empty at the batch's base, below the start it had: nothing of that is committed on
+this replica alone, and the leader's next install moves it up again.
+
 Once `run` returns, no crash brings a cut batch back: the cut file's new size and the
 directory without the dropped segment files are on disk. A crash before that leaves the log
 as it was before the cut, or a prefix of it, never a mix of old and new: recovery drops a
@@ -115,6 +132,18 @@ class ReplicaAccounting:
 
     def iter_batch_headers(self, from_offset: int = 0) -> Iterator[BatchHeader]:
         raise NotImplementedError
+
+    def _holds_no_batch(self) -> bool:
+        raise NotImplementedError
+
+    def _replicated_base(self, first: BatchHeader) -> int:
+        """Where a follower's batches must start: at the log's next offset; or, on a log that
+        holds no batch, at the base offset of a first batch that holds its start (the module
+        docstring)."""
+        if (first.base_offset < self.log_start_offset == self.next_offset <= first.last_offset
+                and self._holds_no_batch()):
+            return first.base_offset
+        return self.next_offset
 
     # The epoch cache (storage/epochs.py) -----------------------------------------------------
 

@@ -27,6 +27,7 @@ from actors.raft import (
     Config,
     HardState,
     LogState,
+    LogView,
     Message,
     MsgType,
     RaftMachine,
@@ -85,7 +86,8 @@ class Node:
         pass
 
     def advance_log_start(self, offset: int) -> None:
-        self.log.advance_log_start(offset)  # in memory: these tests never reopen a start
+        if self.log.advance_log_start(offset):
+            self.log.log_start_writer(offset)()  # on the loop: a test's small file
 
     def cut_complete(self) -> None:
         self.flush()
@@ -564,6 +566,159 @@ def test_a_leader_elected_while_its_cut_is_not_durable_sends_no_append_its_log_l
         finally:
             ticker.cancel()
             old.release_cuts()
+            await stop(nodes)
+        assert errors == []
+
+    asyncio.run(main())
+
+
+# A log start inside a batch -----------------------------------------------------------------------
+
+
+def delete_records(node: Node, offset: int) -> None:
+    """DeleteRecords on the leader, as actors/log_lifecycle.py and the partition do it."""
+    node.advance_log_start(offset)
+    node.replica.machine.set_log_start(offset)
+
+
+def view(state: LogState) -> tuple[int, int, list[tuple[int, int]]]:
+    """What the machine reads of a log: its start, its end, the term of each offset from
+    the one before the start (LogStates that differ only in how they write runs are one)."""
+    log = LogView(state)
+    return log.log_start, log.last_offset, log.runs()
+
+
+def produce_tens(node: Node, batches: int, tag: str) -> None:
+    for b in range(batches):
+        assert node.produce([f"{tag}-{b}-{i}".encode() for i in range(10)])
+
+
+def test_a_follower_installed_at_a_log_start_inside_a_batch_takes_that_batch_whole(
+        tmp_path: Path) -> None:
+    """DeleteRecords moves the leader's log start to any offset, here inside a batch of 10.
+    A follower that was away needs an install at that start, then the batch holding it,
+    which the leader sends whole: the follower starts its log at that batch's base offset,
+    its log start staying the leader's (Kafka's truncateFullyAndStartAt the batch's base).
+    Before, its empty log refused a batch that began below its end, and it asked again, at
+    every heartbeat, for good. The follower that stayed takes the same start inside its own
+    batch. Every log reopens as it was, and the group goes on from the reopened logs."""
+    async def main() -> None:
+        errors = caught(asyncio.get_running_loop())
+        net = Net()
+        nodes = [Node(n, tmp_path, net) for n in NODES]
+        net.nodes = {node.id: node for node in nodes}
+        ticker = asyncio.ensure_future(ticking(nodes))
+        try:
+            await until(lambda: leader(nodes) is not None, "a leader")
+            first = leader(nodes)
+            assert first is not None
+            produce_tens(first, 1, "a")  # 0..9 everywhere
+            await until(lambda: all(n.high_watermark == 10 for n in nodes), "commit")
+            away, stayed = (n for n in nodes if n is not first)
+            net.cut.add(away.n)
+            produce_tens(first, 4, "b")  # 10..49 without it
+            await until(lambda: first.high_watermark == 50, "commit without it")
+            delete_records(first, 25)  # inside the batch 20..29
+            await until(lambda: stayed.log.log_start_offset == 25, "the start followed")
+            net.cut.clear()
+            await until(lambda: away.log.next_offset == 50 and away.high_watermark == 50,
+                        "the follower caught up")
+            for node in nodes:
+                assert node.log.log_start_offset == 25
+                assert node.log.epochs() == [(node.replica.machine.term, 25)]
+                assert node.log.epoch_before_start == node.replica.machine.term
+                assert view(log_state(node.log)) == view(node.replica.machine.log.state())
+            assert away.log.segment_base_offsets[0] == 20
+            expected = records(first.log, 25, 50)
+            assert expected[0][0] == 20  # the batch holding the start, whole
+            assert records(away.log, 25, 50) == records(stayed.log, 25, 50) == expected
+        finally:
+            ticker.cancel()
+            await stop(nodes)
+        assert errors == []
+        for node in nodes:  # reopened: the start, the epoch before it, every record
+            reopened = DiskLog.open(node.log.directory)
+            assert view(log_state(reopened)) == view(node.replica.machine.log.state())
+            assert records(reopened, 25, 50) == expected
+            reopened.close()
+
+        net = Net()
+        nodes = [Node(n, tmp_path, net) for n in NODES]
+        net.nodes = {node.id: node for node in nodes}
+        ticker = asyncio.ensure_future(ticking(nodes))
+        try:
+            await until(lambda: leader(nodes) is not None, "a leader after the restart")
+            second = leader(nodes)
+            assert second is not None
+            produce_tens(second, 1, "c")
+            end = second.log.next_offset
+            await until(lambda: all(n.log.next_offset == end and n.high_watermark == end
+                                    for n in nodes), "every replica after the restart")
+            assert all(n.log.log_start_offset == 25 for n in nodes)
+            logs = [read_range(n.log, 25, end - 1) for n in nodes]
+            assert logs[0] == logs[1] == logs[2]
+        finally:
+            ticker.cancel()
+            await stop(nodes)
+        assert errors == []
+
+    asyncio.run(main())
+
+
+def test_a_follower_reset_inside_a_batch_takes_it_from_a_leader_whose_log_starts_lower(
+        tmp_path: Path) -> None:
+    """A follower installed at a start inside a batch, then restarted, meets a leader whose
+    own log starts below that batch (one that had not taken its predecessor's start yet):
+    the leader probes back to the follower's start and sends the batch that holds it whole,
+    though its own log does not start there. Before, that append was never sent (the leader
+    sent a batch starting below the append's first offset only from its own log start), and
+    the follower was probed again and again."""
+    async def main() -> None:
+        errors = caught(asyncio.get_running_loop())
+        net = Net()
+        nodes = [Node(n, tmp_path, net) for n in NODES]
+        net.nodes = {node.id: node for node in nodes}
+        ticker = asyncio.ensure_future(ticking(nodes))
+        try:
+            await until(lambda: leader(nodes) is not None, "a leader")
+            first = leader(nodes)
+            assert first is not None
+            produce_tens(first, 5, "a")  # 0..49
+            await until(lambda: all(n.log.next_offset == 50 and n.high_watermark == 50
+                                    for n in nodes), "commit everywhere")
+            term = first.replica.machine.term
+            reset = next(n for n in nodes if n is not first)
+            expected = records(first.log, 25, 50)
+        finally:
+            ticker.cancel()
+            await stop(nodes)
+        log = DiskLog.open(reset.log.directory)  # what an install at 25 leaves, reopened
+        ticket = log.reset(25, term)
+        ticket.run()
+        log.cut_complete(ticket)
+        log.close()
+
+        net = Net()
+        nodes = [Node(n, tmp_path, net) for n in NODES]
+        net.nodes = {node.id: node for node in nodes}
+        behind = next(n for n in nodes if n.n == reset.n)
+        assert (behind.log.log_start_offset, behind.log.next_offset) == (25, 25)
+        ticker = asyncio.ensure_future(ticking(nodes))
+        try:
+            await until(lambda: leader(nodes) is not None, "a leader")
+            second = leader(nodes)
+            assert second is not None and second is not behind
+            assert second.log.log_start_offset == 0
+            produce_tens(second, 1, "b")
+            end = second.log.next_offset
+            await until(lambda: behind.log.next_offset == end and behind.high_watermark == end,
+                        "the reset follower caught up")
+            assert behind.log.log_start_offset == 25
+            assert behind.log.segment_base_offsets[0] == 20
+            assert records(behind.log, 25, 50) == expected
+            assert read_range(behind.log, 25, end - 1) == read_range(second.log, 20, end - 1)
+        finally:
+            ticker.cancel()
             await stop(nodes)
         assert errors == []
 

@@ -16,10 +16,18 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer, TopicPartition
 
-from tests.support.cluster import Cluster, ClusterNode, cluster_fixture, wait_until
+from tests.support.cluster import (
+    Cluster,
+    ClusterNode,
+    cluster_fixture,
+    stored_batches,
+    wait_until,
+    whole_batches,
+)
 from tests.support.raw_client import RawClient, fetch_request
 from wire.errors import ErrorCode
 from wire.messages.list_offsets import ListOffsetsRequest
+from wire.records import iter_records
 from wire.spark.client import ReaderClient
 from wire.spark.protocol import EARLIEST, ERROR_OFFSET_OUT_OF_RANGE, ReaderError
 
@@ -122,3 +130,96 @@ def test_records_delete_records_removed_stay_removed_after_the_leader_is_killed(
     moved = (START + 10, ERROR_OFFSET_OUT_OF_RANGE, START + 10)
     wait_until(lambda: replica_view(follower) == moved, 30,
                f"node {follower.node_id}'s replica starts at {START + 10}")
+
+
+# A log start inside a batch ----------------------------------------------------------------------
+
+BATCH = 10  # records a batch
+INSIDE = 45  # inside the batch 40..49
+
+
+def produce_batches(cluster: Cluster, first: int, batches: int) -> None:
+    """`batches` batches of BATCH records each: every batch's records are queued before the
+    linger ends, then flushed as one."""
+    producer = Producer({"bootstrap.servers": cluster.bootstrap(), "acks": "all",
+                         "linger.ms": 5000, "enable.idempotence": True})  # fmt: skip
+    errors: list[object] = []
+
+    def on_delivery(err: object, _message: object) -> None:
+        if err is not None:
+            errors.append(err)
+
+    for b in range(first, first + batches):
+        for i in range(BATCH):
+            producer.produce(TOPIC, value=b"v%d" % (b * BATCH + i), partition=0,
+                             on_delivery=on_delivery)
+        assert producer.flush(60) == 0 and not errors, errors[:5]
+
+
+def batch_spans(node: ClusterNode) -> list[tuple[int, int]]:
+    """(base offset, last offset) of each batch in `node`'s segment files."""
+    spans = []
+    for _base, _epoch, data in stored_batches(node.data_dir, TOPIC, 0):
+        ((_, header),) = whole_batches(data)
+        spans.append((header.base_offset, header.last_offset))
+    return spans
+
+
+def replica_records(node: ClusterNode, start: int, end: int) -> list[tuple[int, bytes | None]]:
+    """(offset, value) of `node`'s replica's records from `start` to `end`, read with
+    any_replica."""
+    found: list[tuple[int, bytes | None]] = []
+    with ReaderClient(f"127.0.0.1:{node.reader_port}", timeout_s=5) as reader:
+        offset = start
+        while offset < end:
+            fetched = reader.fetch(TOPIC, 0, offset, any_replica=True)
+            records = list(iter_records(fetched.records, start_offset=offset))
+            assert records, (node, offset, fetched.high_watermark)
+            found.extend((r.offset, r.value) for r in records)
+            offset = records[-1].offset + 1
+    return found
+
+
+def log_end(node: ClusterNode) -> int:
+    replicas = node.replicas() or {}
+    replica = replicas.get((TOPIC, 0))
+    return -1 if replica is None else int(replica["log_end"])
+
+
+def test_a_follower_away_while_the_start_moved_inside_a_batch_catches_up(
+    cluster: Cluster,
+) -> None:
+    """DeleteRecords to an offset inside a batch while a follower is down: back, the follower
+    needs an install at that start and then the batch holding it, whole. Before, its log
+    refused a batch that began below its end, and the follower stayed where the install
+    left it for good (NotContiguous at every heartbeat)."""
+    cluster.create_topic(TOPIC, 1)
+    produce_batches(cluster, 0, 2)  # 0..19 everywhere
+    leader = cluster.wait_leader(TOPIC, 0)
+    away = next(n for n in cluster.running() if n.node_id != leader)
+    away.kill9()
+    produce_batches(cluster, 2, 5)  # 20..69 without it
+    end = 7 * BATCH
+    assert (40, 49) in batch_spans(cluster[leader])  # the start falls inside this batch
+    admin = cluster.admin(*(n.node_id for n in cluster.running()))
+    futures = admin.delete_records([TopicPartition(TOPIC, 0, INSIDE)])
+    assert [f.result(30).low_watermark for f in futures.values()] == [INSIDE]
+
+    cluster.restart(away.node_id)
+    wait_until(lambda: log_end(away) == end, 30,
+               f"node {away.node_id}'s replica reaches the high watermark {end}")
+    out_of_range = (INSIDE, ERROR_OFFSET_OUT_OF_RANGE, INSIDE)
+    wait_until(lambda: replica_view(away) == out_of_range, 30,
+               f"node {away.node_id}'s replica starts at {INSIDE}")
+    assert batch_spans(away)[0] == (40, 49)  # its log restarted at the batch's base
+    expected = [(o, b"v%d" % o) for o in range(INSIDE, end)]
+    assert replica_records(away, INSIDE, end) == expected
+
+    cluster[leader].kill9()
+    new_leader = cluster[cluster.wait_leader(TOPIC, 0, not_on=leader)]
+    assert wait_until(lambda: leader_earliest(new_leader), 30,
+                      "the new leader answers ListOffsets") == INSIDE
+    assert leader_fetch_error(new_leader, 0) == ErrorCode.OFFSET_OUT_OF_RANGE
+    for node in cluster.running():
+        assert replica_view(node) == out_of_range, node
+        assert replica_records(node, INSIDE, end) == expected, node

@@ -3,6 +3,8 @@ cuts and resets, their durability across a crash, and a property test against he
 
 from __future__ import annotations
 
+import errno
+import os
 import random
 import shutil
 import tempfile
@@ -23,6 +25,7 @@ from storage import (
     NotContiguous,
 )
 from storage.compaction import CleanerConfig, clean_log
+from storage.log import AppendFailed, OffsetOutOfRange
 from tests.storage.batches import leader_records, make_batch, make_records
 from wire.record_batch import iter_batches, patch_base_offset
 from wire.records import build_batch
@@ -455,6 +458,116 @@ def test_reset_on_a_memory_log():
     assert (log.log_start_offset, log.next_offset, log.segment_base_offsets) == (10, 10, [10])
     follow(log, 3)
     assert batches(log) == [(10, 11, 3)] and log.epochs() == [(3, 10)]
+
+
+# A log start inside a batch ----------------------------------------------------------------------
+
+
+def tens(base_offset: int, batches: int, epoch: int = 3) -> tuple[bytearray, list]:
+    """A leader's batches of 10 records each from `base_offset`, in `epoch`."""
+    return leader_records(base_offset, [epoch] * batches, records_per_batch=10)
+
+
+def started_inside_a_batch(log: Log) -> None:
+    """Reset at 25 (a leader's start after DeleteRecords inside its batch 20..29), then the
+    leader's batches from the one holding it: 20..29, 30..39."""
+    cut(log, log.reset(25, 3))
+    result = log.append_replicated(*tens(20, 2), 0)
+    assert (result.base_offset, result.last_offset) == (20, 39)
+
+
+def test_a_log_that_holds_no_batch_takes_a_first_one_holding_its_start(make_log):
+    log = make_log()
+    started_inside_a_batch(log)
+    assert (log.log_start_offset, log.next_offset, log.segment_base_offsets) == (25, 40, [20])
+    assert batches(log) == [(20, 29, 3), (30, 39, 3)]
+    assert log.epochs() == [(3, 25)] and log.epoch_before_start == 3
+    assert (log.term_at(24), log.term_at(25)) == (None, 3)
+    with pytest.raises(OffsetOutOfRange):
+        log.read_bytes(24, BIG, BIG)
+    assert log.read_bytes(25, BIG, 30) == bytes(tens(20, 1)[0])
+    follow(log, 4)
+    assert log.epochs() == [(3, 25), (4, 40)]
+
+
+def test_only_an_empty_log_takes_a_batch_from_below_its_end(make_log):
+    log = make_log()
+    cut(log, log.reset(25, 3))
+    below = leader_records(20, [3], records_per_batch=5)  # 20..24: it does not hold 25
+    with pytest.raises(NotContiguous, match="batch at offset 20 where the log continues at 25"):
+        log.append_replicated(*below, 0)
+    follow(log, 3)  # 25..26: the log holds a batch now
+    with pytest.raises(NotContiguous, match="batch at offset 20 where the log continues at 27"):
+        log.append_replicated(*tens(20, 1), 0)
+    assert (log.log_start_offset, log.next_offset, batches(log)) == (25, 27, [(25, 26, 3)])
+
+
+def test_a_log_started_inside_a_batch_reopens_as_it_was(tmp_path):
+    log = DiskLog.open(tmp_path, SMALL_SEGMENTS)
+    started_inside_a_batch(log)
+    log.flush()
+    assert log.flushed_offset == 40
+    log.close()
+    log = DiskLog.open(tmp_path, SMALL_SEGMENTS)
+    assert (log.log_start_offset, log.next_offset, log.segment_base_offsets) == (25, 40, [20])
+    assert log.epochs() == [(3, 25)] and log.epoch_before_start == 3
+    assert [p.name for p in sorted(tmp_path.glob("*.log"))] == [f"{20:020d}.log"]
+    log.close()
+
+
+def test_a_crash_before_the_first_flush_keeps_the_start_or_falls_below_it(tmp_path):
+    """Killed before a flush, the page cache keeps the batch: the log is as it was. Had the
+    batch itself been lost (power), the log reopens empty at its base, below the start (the
+    start file still says 25): nothing there was acknowledged, and the next install moves
+    the start up again."""
+    log = DiskLog.open(tmp_path, SMALL_SEGMENTS)
+    started_inside_a_batch(log)
+    assert log.flushed_offset == 20  # nothing of the new segment is durable yet
+    abandon(log)
+    log = DiskLog.open(tmp_path, SMALL_SEGMENTS)
+    assert (log.log_start_offset, log.next_offset, log.segment_base_offsets) == (25, 40, [20])
+    assert log.epochs() == [(3, 25)] and log.epoch_before_start == 3
+    log.close()
+    os.truncate(tmp_path / f"{20:020d}.log", 0)
+    log = DiskLog.open(tmp_path, SMALL_SEGMENTS)
+    assert (log.log_start_offset, log.next_offset, batches(log)) == (20, 20, [])
+    log.close()
+
+
+def test_a_failed_write_or_flush_of_it_leaves_the_log_empty_at_its_start(tmp_path,
+                                                                          monkeypatch):
+    from storage import probes
+    from storage import segment as segment_module
+
+    log = DiskLog.open(tmp_path, SMALL_SEGMENTS)
+    cut(log, log.reset(25, 3))
+
+    def full(fd, data, position):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(segment_module.os, "pwrite", full)
+    with pytest.raises(AppendFailed):
+        log.append_replicated(*tens(20, 2), 0)
+    monkeypatch.undo()
+    empty_at_25 = (25, 25, 25, 25, [25])
+    assert (log.log_start_offset, log.flushed_offset, log.written_offset, log.next_offset,
+            log.segment_base_offsets) == empty_at_25
+    assert log.epochs() == [] and log.last_epoch == 3
+
+    log.append_replicated(*tens(20, 2), 0)
+    ticket = log.flush_prepare()
+    monkeypatch.setattr(probes.PROBES, "fdatasync_error", True)
+    with pytest.raises(OSError):
+        ticket.run()
+    monkeypatch.undo()
+    log.flush_failed(ticket)  # cut back to what was durable: nothing of the batch
+    assert (log.log_start_offset, log.flushed_offset, log.written_offset, log.next_offset,
+            log.segment_base_offsets) == empty_at_25
+    assert log.epochs() == [] and log.last_epoch == 3
+    log.append_replicated(*tens(20, 2), 0)
+    log.flush()
+    assert (log.log_start_offset, log.flushed_offset, log.segment_base_offsets) == (25, 40, [20])
+    log.close()
 
 
 # Reopen ----------------------------------------------------------------------------------------
