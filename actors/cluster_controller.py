@@ -47,6 +47,16 @@ changed) is never used, as a restart skips what was left of its last block.
 Reads of the controller log (applying committed records, sending appends to followers) are
 plain reads on the loop: the log is small (topics and nodes, not data), written moments
 before, and in the page cache.
+
+A reopened log may hold entries a kill -9 left only in the page cache, which a power loss
+would still take (storage/log.py), so the Raft machine starts only once the log's first
+flush ticket has synced all of it (the recovery sync): a machine takes its log as synced,
+and would acknowledge those entries, count them toward a commit as a leader, or win an
+election on them. Meanwhile Raft messages are dropped (a lost message: the leader's next
+heartbeat, a candidate's next campaign), and requests wait as they wait for a leader. A
+recovery sync that fails is tried again: a restart would read the same page cache back.
+A flush that fails once the machine runs stops the node (`fatal`); its ticket is settled
+first, as it is when the actor stopped while a flush ran, so the log always closes.
 """
 
 from __future__ import annotations
@@ -180,6 +190,7 @@ class ClusterController(LoopActor):
         self._applied = 0  # the end offset applied
         self._commit_target = 0  # the high watermark Raft last reported; applied up to it
         self._flushing = False
+        self._sync_failures = 0  # the recovery sync's, in a row (module docstring)
         self._waiters: dict[int, Callable[[Applied], None]] = {}  # offset -> its answer
         self._waiting: collections.deque[Any] = collections.deque()  # before a leader is known
         self._producer_ids: collections.deque[tuple[int, int]] = collections.deque()
@@ -211,7 +222,14 @@ class ClusterController(LoopActor):
         directory = Path(metadata_dir(self.settings.data_dir)) / "controller"
         self._log = DiskLog.open(directory)
         self._log.serve()
+        self._schedule_register()
+        self._flush()  # the recovery sync: the machine starts once it is back (_flushed)
+        if not self._flushing:  # an empty log: nothing to sync
+            self._start_machine()
+
+    def _start_machine(self) -> None:
         log_ = self._log
+        assert log_ is not None and log_.flushed_offset == log_.next_offset, log_
         address = (self.me.node, 0)
         peers = tuple((node, 0) for node in self.seeds)
         machine = RaftMachine(
@@ -220,7 +238,6 @@ class ClusterController(LoopActor):
             random.Random(), hard_state=self._hard_states.get(GROUP), log=log_state(log_),
             committed=log_.log_start_offset - 1, batch_reader=log_batch_reader(log_))
         self._replica = Replica(GROUP, machine, self, self._hard_states, self.host.schedule)
-        self._schedule_register()
 
     def on_stop(self) -> None:
         if self._timer is not None:
@@ -233,6 +250,10 @@ class ClusterController(LoopActor):
         if self._log is not None and not self._flushing:
             self._log.close()
             self._log = None
+
+    def on_dropped(self, message: Any) -> None:
+        if isinstance(message, _Flushed):  # told as the actor stopped: on_stop left the log
+            self._close_after(message.ticket, message.error)
 
     def on_receive(self, message: Any) -> Any:
         handler = self._handlers.get(type(message))
@@ -376,6 +397,8 @@ class ClusterController(LoopActor):
         try:
             if error is None:
                 log_.flush_complete(ticket)
+            elif self._replica is None:  # the recovery sync: nothing is known durable
+                log_.flush_abandoned(ticket)
             else:
                 log_.flush_failed(ticket)  # cuts what was not synced, as a restart would
         finally:
@@ -387,14 +410,36 @@ class ClusterController(LoopActor):
         if log_ is None:
             return
         if m.error is not None:
-            # What the controller log holds on disk is unknown: this node must not vote or
-            # acknowledge on it. It stops; a restart recovers the log and Raft repairs it.
-            self.host.fatal(f"controller log fdatasync failed: {m.error!r}")
+            self._flush_failed(log_, m)
             return
         log_.flush_complete(m.ticket)
-        if m.term is not None and self._replica is not None:
+        if self._replica is None:
+            if self._sync_failures:
+                log.warning("controller: the recovery sync works after %d failures",
+                            self._sync_failures)
+            self._start_machine()
+        elif m.term is not None:
             self._replica.flushed(log_.flushed_offset - 1, m.term)
         if log_.written_offset > log_.flushed_offset:
+            self._flush()
+
+    def _flush_failed(self, log_: DiskLog, m: _Flushed) -> None:
+        """What the controller log holds on disk is unknown. Before the machine starts (the
+        recovery sync) that is tried again; after, this node must not vote or acknowledge on
+        it: it answers no more and stops; a restart recovers the log and Raft repairs it."""
+        log_.flush_abandoned(m.ticket)  # nothing moves; the log closes with the actor
+        if self._replica is None:
+            self._sync_failures += 1
+            if self._sync_failures == 1:
+                log.error("controller: the recovery sync failed: %r; tried again every %d ms",
+                          m.error, limits.recovery_sync_retry_ms)
+            self.call_later(limits.recovery_sync_retry_ms / 1000, self._retry_sync)
+            return
+        self._replica.close()
+        self.host.fatal(f"controller log fdatasync failed: {m.error!r}")
+
+    def _retry_sync(self) -> None:
+        if not self.actor_stopped.is_set() and self._replica is None:
             self._flush()
 
     # Applying ------------------------------------------------------------------------------------

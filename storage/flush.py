@@ -81,8 +81,9 @@ class FlushAccounting:
 
     def flush_abandoned(self, ticket: FlushTicket) -> None:
         """The ticket's run raised, and the log is not to be cut back: the first ticket after
-        open, whose flushed offset is only the log start (storage/log.py `_recovery_unsynced`).
-        Nothing moves; the caller takes the log offline, and the next open recovers it."""
+        open, whose flushed offset is only the log start (storage/log.py `_recovery_unsynced`),
+        or one whose failure stops the log's owner. Nothing moves; the caller takes the log
+        offline (or tries again), and the next open recovers it."""
         assert ticket is self._ticket, (ticket, self._ticket)
         self._ticket = None
         self._ticket_failed()

@@ -5,7 +5,10 @@ states in their real table; only the node RPC between them is a dictionary with 
 What must hold: a replica whose log is cut applies the committed entries that came with the
 cut, without waiting for another controller write; a producer-id block is handed to callers
 once, even when the node that took it loses its controller log's tail to a power loss (the
-entry granting the block cut from its log) and replays the grant from the leader.
+entry granting the block cut from its log) and replays the grant from the leader. A
+controller restarted on entries a kill -9 left unsynced says nothing of them until its
+recovery sync has made them durable; and however a flush ends, the log closes with the
+actor.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from actors import limits
 from actors.cluster.commands import AllocateProducerIdBlock, NodeInfo
 from actors.cluster.state import FIRST_PRODUCER_ID
 from actors.cluster_controller import ClusterController
@@ -30,7 +34,7 @@ from actors.controller import (
 from actors.hard_state import HardStateStore
 from actors.limits import producer_id_block_size
 from actors.partition_messages import RaftReceive
-from actors.raft import Message
+from actors.raft import Message, MsgType
 from actors.runtime import actor_of
 from actors.services import BrokerSettings, TopicTable
 from tests.support.actor_loop import actor_loop
@@ -54,12 +58,14 @@ class Net:
     def __init__(self) -> None:
         self.nodes: dict[int, Node] = {}
         self.cut: set[int] = set()
+        self.sent: list[tuple[int, Message]] = []  # (source node, message), every one sent
 
     def down(self, a: int, b: int) -> bool:
         return a in self.cut or b in self.cut or not self.nodes[b].running
 
     def send(self, source: int, messages: list[Message]) -> None:
         by_node: dict[int, list[Message]] = {}
+        self.sent.extend((source, m) for m in messages)
         for m in messages:
             to: Any = m.to  # (node, 0): the controller's address on every node
             by_node.setdefault(to[0], []).append(m)
@@ -128,6 +134,26 @@ class Node:
             kept = [p + h.size for p, h in whole_batches(data) if h.last_offset < synced]
             with open(segment, "r+b") as f:
                 f.truncate(max(kept, default=0))
+
+    async def kill9(self) -> None:
+        """The process dies: its files keep what it wrote (the page cache), synced or not.
+        What its I/O calls would have answered never matters again: they end as done, so
+        the old actor lets go of its log."""
+        controller = self.controller
+        self.stop()
+        await until(lambda: controller.actor_stopped.is_set(), "the controller stopped")
+        self.release(run=False)
+        await until(lambda: controller._log is None, "the controller's log closed")  # noqa: SLF001
+
+    def release(self, run: bool = True, error: BaseException | None = None) -> None:
+        """Let the held I/O calls end: run (or not), then answered done or `error`; I/O is no
+        longer held."""
+        held, self.held = self.held or [], None
+        for fn, done in held:
+            if run and error is None:
+                self.run_blocking(fn, done)
+            else:
+                done(None, error)
 
     def log_dir(self) -> Path:
         return metadata_dir(self.settings.data_dir) / "controller"
@@ -339,5 +365,156 @@ def test_every_node_hands_out_ids_from_a_block_of_its_own(
                   for n, handed in ids.items()}
         assert all(len(b) == 1 for b in blocks.values()), blocks
         assert len(set.union(*blocks.values())) == len(NODES), f"one block per node: {ids}"
+
+    run(loop, net, main)
+
+
+# 3. A restart on entries a kill -9 left unsynced ---------------------------------------------
+
+
+def test_a_controller_restarted_on_unsynced_entries_says_nothing_of_them_until_synced(
+        loop: asyncio.AbstractEventLoop, net: Net) -> None:
+    """A follower writes entries its disk never syncs, is killed -9 and restarts: its log
+    still holds them (the page cache), but a power loss could take them yet. Until its
+    recovery sync has made them durable it must not acknowledge them (a leader would count
+    them toward a commit) nor campaign on them; after, it acknowledges and applies them."""
+    async def main() -> None:
+        first = leader(net)
+        assert first is not None
+        node = next(n for n in net.nodes.values() if n is not first)
+        synced_end = log_end(node)
+        node.held = []  # from here its fdatasyncs never run
+        (created,) = await create_topic(first, "unsynced")
+        assert created.error == ErrorCode.NONE, created
+        await until(lambda: log_end(node) == log_end(first) > synced_end,
+                    "the entry in the follower's log, unsynced")
+        end = log_end(first)
+
+        await node.kill9()
+        node.held = []  # the restarted node's recovery sync waits
+        sent_before = len(net.sent)
+        node.start()
+        await asyncio.sleep(TICK_S * ELECTION_TICKS * 5)  # heartbeats, appends, elections
+        said = [m for source, m in net.sent[sent_before:] if source == node.n]
+        acked = [m for m in said if m.type == MsgType.MsgAppResp and not m.reject
+                 and m.offset >= synced_end]
+        assert not acked, f"acknowledged unsynced entries: {acked}"
+        campaigns = [m for m in said if m.type in (MsgType.MsgPreVote, MsgType.MsgVote)]
+        assert not campaigns, f"campaigned on unsynced entries: {campaigns}"
+        pr = first.controller._replica.machine.progress[(node.n, 0)]  # type: ignore[union-attr]  # noqa: SLF001
+        assert pr.match < synced_end, pr.describe()
+
+        node.release()  # the recovery sync completes: it acknowledges and applies them
+        await until(lambda: pr.match >= end - 1, "the follower acknowledged after its sync")
+        await until(lambda: "unsynced" in topics(node), "the follower applied the topic")
+
+    run(loop, net, main)
+
+
+# 4. However a flush ends, the log closes -----------------------------------------------------
+
+
+def caught(loop: asyncio.AbstractEventLoop) -> list[Any]:
+    """What the loop's callbacks raise from now on."""
+    errors: list[Any] = []
+    loop.set_exception_handler(lambda _loop, context: errors.append(
+        context.get("exception", context.get("message"))))
+    return errors
+
+
+async def a_flush_out(net: Net) -> tuple[Node, ClusterController]:
+    """A follower with a flush of a new entry held."""
+    first = leader(net)
+    assert first is not None
+    node = next(n for n in net.nodes.values() if n is not first)
+    node.held = []
+    (created,) = await create_topic(first, f"t{len(topics(first))}")
+    assert created.error == ErrorCode.NONE, created
+    controller = node.controller
+    await until(lambda: controller._flushing, "a flush out")  # noqa: SLF001
+    return node, controller
+
+
+@pytest.mark.parametrize("error", [None, OSError(5, "Input/output error")])
+def test_a_flush_that_ends_after_the_actor_stopped_closes_the_log(
+        loop: asyncio.AbstractEventLoop, net: Net, error: BaseException | None) -> None:
+    errors = caught(loop)
+
+    async def main() -> None:
+        node, controller = await a_flush_out(net)
+        node.stop()
+        await until(lambda: controller.actor_stopped.is_set(), "the controller stopped")
+        assert controller._log is not None  # noqa: SLF001  # the ticket holds its fds
+        node.release(error=error)
+        await until(lambda: controller._log is None, "the log closed")  # noqa: SLF001
+
+    run(loop, net, main)
+    assert errors == []
+
+
+def test_a_flush_whose_answer_comes_behind_the_stop_closes_the_log(
+        loop: asyncio.AbstractEventLoop, net: Net) -> None:
+    """The flush's answer is told while the actor lives, behind its stop: it is dropped."""
+    errors = caught(loop)
+
+    async def main() -> None:
+        node, controller = await a_flush_out(net)
+        node.stop()  # queued first
+        node.release(run=False)  # its answer, queued behind the stop
+        await until(lambda: controller.actor_stopped.is_set(), "the controller stopped")
+        await until(lambda: controller._log is None, "the log closed")  # noqa: SLF001
+
+    run(loop, net, main)
+    assert errors == []
+
+
+def test_a_failed_flush_stops_the_node_and_the_log_closes(
+        loop: asyncio.AbstractEventLoop, net: Net) -> None:
+    errors = caught(loop)
+
+    async def main() -> None:
+        node, controller = await a_flush_out(net)
+        node.release(error=OSError(5, "Input/output error"))
+        await until(lambda: node.fatal_reasons, "the node told to stop")
+        assert controller._replica is not None and controller._replica.closed  # noqa: SLF001
+        node.fatal_reasons.clear()
+        node.stop()
+        await until(lambda: controller.actor_stopped.is_set(), "the controller stopped")
+        assert controller._log is None  # noqa: SLF001
+
+    run(loop, net, main)
+    assert errors == []
+
+
+def test_a_recovery_sync_that_fails_is_tried_again_and_never_cuts_the_log(
+        loop: asyncio.AbstractEventLoop, net: Net, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(limits, "recovery_sync_retry_ms", 50)
+
+    async def main() -> None:
+        first = leader(net)
+        assert first is not None
+        (created,) = await create_topic(first, "kept")
+        node = next(n for n in net.nodes.values() if n is not first)
+        await until(lambda: "kept" in topics(node), "applied on the follower")
+        await node.kill9()
+        stored = controller_commands(node.root)
+
+        node.held = []
+        node.start()
+        await until(lambda: node.held, "the recovery sync out")
+        node.release(error=OSError(5, "Input/output error"))  # fails: tried again
+        node.held = []
+        await until(lambda: node.held, "the recovery sync tried again")
+        assert node.controller._replica is None  # noqa: SLF001
+        controller = node.controller
+        node.stop()  # and fails again after the stop: the log closes, uncut
+        await until(lambda: controller.actor_stopped.is_set(), "the controller stopped")
+        node.release(error=OSError(5, "Input/output error"))
+        await until(lambda: controller._log is None, "the log closed")  # noqa: SLF001
+        assert controller_commands(node.root) == stored
+
+        node.start()  # and a sync that works starts the machine
+        await until(lambda: "kept" in topics(node) and node.controller.leader_node == first.n,
+                    "the restarted follower follows")
 
     run(loop, net, main)
