@@ -37,10 +37,10 @@ new leader's no-op still waiting behind a cut): the follower is probed again. It
 batch may start before its first offset: a follower whose log start DeleteRecords put
 inside a batch (an install at the leader's start, which may be anywhere) asks from there,
 and its empty log takes that batch whole, restarting at its base offset, its start staying
-(storage/replica.py). Offsets
-between batches may be missing: compaction drops emptied batches (storage/compaction.py).
-A follower writes an empty batch in each such gap (Kafka's kind, that compaction keeps), so
-its own log goes on batch after batch, as its segments must for recovery.
+(storage/replica.py). Offsets between batches may be missing: compaction drops emptied
+batches (storage/compaction.py). A follower writes an empty batch in each such gap
+(Kafka's kind, that compaction keeps), so its own log goes on batch after batch, as its
+segments must for recovery.
 
 A cut (truncate or reset) must be durable before the log takes another append
 (storage/replica.py): its ticket runs on the I/O pool, and the log writes behind it wait in

@@ -23,10 +23,10 @@ batch's base). The log is then as a leader's is after that DeleteRecords:
 
 That restart needs no ticket: its segment is new, written and synced by the next flush
 ticket (with the directory), and nothing in it counts as flushed until then. A crash before
-that leaves the old empty segment (what follows it does not start where it ends, so
-recovery drops it), the new one, or both; if the batch itself did not survive, the log
-reopens empty at the batch's base, below the start it had: nothing of that is committed on
-this replica alone, and the leader's next install moves it up again.
+that may leave the old empty segment beside the new one; it does not start where the new
+one ends, so recovery drops it. If the batch itself did not survive, the log reopens empty
+at the batch's base, below the start it had: nothing of it was acknowledged, and the
+leader's next install moves the start up again.
 
 Once `run` returns, no crash brings a cut batch back: the cut file's new size and the
 directory without the dropped segment files are on disk. A crash before that leaves the log
