@@ -455,6 +455,18 @@ class Partition(LoopActor):
             )
 
     def on_dropped(self, message: Any) -> None:
+        # A flush or the recovery sync that returned as the actor stopped: on_stop left the
+        # log open for it, so it closes the log now.
+        if isinstance(message, _FlushDone | _Synced):
+            if isinstance(message, _Synced):
+                self._recovery_sync = None
+            if self._log is not None:
+                if isinstance(message, _FlushDone):
+                    self._settle_ticket(message.ticket, message.error)
+                else:
+                    self._settle_recovery_sync(message.ticket, message.error)
+            self._close_log()
+            return
         # Told after the stop (its topic was deleted): the sender still waits for an answer,
         # and a cross-core producer holds the batch's arena region until phase one.
         refuse(message, ErrorCode.NOT_LEADER_OR_FOLLOWER)

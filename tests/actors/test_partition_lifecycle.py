@@ -142,6 +142,20 @@ def test_stop_while_a_flush_runs_closes_the_log_when_it_returns(
     assert infos[0]["next_offset"] == 1 and infos[0]["high_watermark"] == 1
 
 
+def test_a_flush_that_returns_behind_the_stop_still_closes_the_log(
+    loop: asyncio.AbstractEventLoop, tmp_path: Path
+) -> None:
+    """The flush's answer is told while the actor is alive, queued behind its stop, and
+    dropped: the log must close all the same (it stayed open for that flush)."""
+    ref, services, directory = start(tmp_path)
+    produce(ref, [])
+    settle(loop, lambda: len(services.held) == 1)
+    ref.stop(block=False)  # queued first
+    services.release()  # its answer is told now, behind the stop
+    settle(loop, lambda: not ref.is_alive())
+    assert not any(str(directory) in path for path in open_fds())
+
+
 def test_delete_while_removed_segments_wait_their_delay_closes_them(
     loop: asyncio.AbstractEventLoop, tmp_path: Path
 ) -> None:
