@@ -66,3 +66,10 @@ preferred_leader_check_timeouts = 5
 # most this long or the request's timeout_ms, asking every step.
 create_topics_leaders_wait_s = 5.0
 create_topics_leaders_step_s = 0.02
+
+# The in-sync replica set (actors/isr.py): a leader keeps its log's end at past times as
+# samples at least (replica.lag.time.max.ms / this) apart, to tell when each follower last
+# caught up: this many plus two for a busy partition (~2 KB), one for an idle one. A follower
+# lagging just under the limit may leave the ISR up to one such span (~2 s of Kafka's 30 s)
+# early, never late.
+isr_end_samples_max = 16
