@@ -58,6 +58,14 @@ __all__ = ["InSyncReplicas"]
 R = TypeVar("R", bound=Hashable)  # a replica's name (a (node, shard) address in Krill)
 
 
+def _end(sample: tuple[int, int]) -> int:
+    return sample[1]
+
+
+def _since(caught_up_ms: int | None, oldest_ms: int) -> bool:
+    return caught_up_ms is not None and caught_up_ms >= oldest_ms
+
+
 class InSyncReplicas(Generic[R]):
     def __init__(self, leader: R, replicas: tuple[R, ...], lag_max_ms: int, now_ms: int,
                  log_end: int, down: AbstractSet[R] = frozenset(),
@@ -90,17 +98,22 @@ class InSyncReplicas(Generic[R]):
                 down: AbstractSet[R]) -> tuple[R, ...] | None:
         """The leader's log ends at `log_end` (its last offset) at `now_ms`; `matches`: each
         follower's acknowledged last offset (-1 where none is known); `down`: the replicas
-        known down. The new set, in replica order, when it changed; else None."""
+        known down. The new set, in replica order, when it changed; else None. (A clock
+        that steps back is taken as standing still.)"""
+        now_ms = max(now_ms, self._samples[-1][0])
         self._sample(now_ms, log_end)
-        for follower, caught_up in self._caught_up_ms.items():
+        caught_ups, down_at = self._caught_up_ms, self._down_at_ms
+        for follower, caught_up in caught_ups.items():
             if follower in down:
-                self._caught_up_ms[follower] = None
-                self._down_at_ms[follower] = now_ms
+                caught_ups[follower] = None
+                down_at[follower] = now_ms
                 continue
-            reached = self._reached(now_ms, log_end, matches.get(follower, -1))
-            if reached is not None and reached >= self._down_at_ms.get(follower, reached):
-                self._caught_up_ms[follower] = reached if caught_up is None else max(
-                    caught_up, reached)
+            match = matches.get(follower, -1)
+            reached = now_ms if match >= log_end else self._sampled(match)
+            if reached is None or reached < down_at.get(follower, reached):
+                continue
+            if caught_up is None or reached > caught_up:
+                caught_ups[follower] = reached
         isr = self._in_sync(now_ms)
         if isr == self.isr:
             return None
@@ -113,30 +126,23 @@ class InSyncReplicas(Generic[R]):
         (the one before then answers for it, at most a span earlier), else is added."""
         samples = self._samples
         last_ms, last_end = samples[-1]
-        assert log_end >= last_end and now_ms >= last_ms, (now_ms, log_end, samples)
+        assert log_end >= last_end, (log_end, samples)  # a leader's log never shrinks
         if log_end == last_end or (len(samples) > 1
                                    and last_ms - samples[-2][0] < self._spacing_ms):
             samples[-1] = (now_ms, log_end)
         else:
             samples.append((now_ms, log_end))  # the oldest goes when full
 
-    def _reached(self, now_ms: int, log_end: int, match: int) -> int | None:
-        """The latest time the leader's log ended at or before `match`: now if it has the
-        whole log, else the latest sample it covers; None if it covers none."""
-        if match >= log_end:
-            return now_ms
+    def _sampled(self, match: int) -> int | None:
+        """The latest sample's time at which the leader's log ended at or before `match`;
+        None if none did."""
         samples = self._samples
-        i = bisect.bisect_right(samples, match, key=lambda sample: sample[1])
+        i = bisect.bisect_right(samples, match, key=_end)
         return samples[i - 1][0] if i else None
 
     def _in_sync(self, now_ms: int) -> tuple[R, ...]:
-        def in_sync(replica: R) -> bool:
-            if replica == self.leader:
-                return True
-            caught_up = self._caught_up_ms[replica]
-            return caught_up is not None and now_ms - caught_up <= self.lag_max_ms
-
-        return tuple(replica for replica in self.replicas if in_sync(replica))
+        leader, caught_ups, oldest = self.leader, self._caught_up_ms, now_ms - self.lag_max_ms
+        return tuple(r for r in self.replicas if r == leader or _since(caught_ups[r], oldest))
 
     def __repr__(self) -> str:
         return (f"InSyncReplicas(isr={self.isr}, caught_up_ms={self._caught_up_ms}, "

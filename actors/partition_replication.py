@@ -283,7 +283,10 @@ class Replication:
     def flushed(self, offset: int, term: int | None) -> None:
         if term is not None and self.replica is not None and not self.replica.closed:
             self.replica.flushed(offset, term)
-            self._flushes_moved()
+            if self.insync_offset() is not None:
+                # Once the flush's own step is carried out (Partition._flush_done): a step
+                # from here could start the next flush before that one does.
+                self.raft.schedule(self._flushes_moved)
 
     def log_start_moved(self, offset: int) -> None:
         """Retention or DeleteRecords moved the log start (below the high watermark, so
@@ -318,14 +321,15 @@ class Replication:
 
     def settings_changed(self) -> None:
         """The topic's settings changed (min.insync.replicas among them)."""
-        if self.replica is not None and not self.replica.closed:
-            self._flushes_moved()
-            self.partition.in_sync_changed(len(self.in_sync_replicas()))
+        self._flushes_moved()
+        if self.isr is not None:
+            self.partition.in_sync_changed(len(self.isr.isr))
 
     def _flushes_moved(self) -> None:
         """A follower's answer or this replica's own flush came in: what min.insync.replicas
         replicas have flushed may have moved."""
-        self.partition.insync_moved(self.insync_offset())
+        if self.replica is not None and not self.replica.closed:
+            self.partition.insync_moved(self.insync_offset())
 
     def _observe_isr(self) -> None:
         isr, machine = self.isr, self.machine

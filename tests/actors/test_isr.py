@@ -96,6 +96,14 @@ def test_the_set_keeps_the_replicas_order_and_always_holds_the_leader() -> None:
     assert isr.observe(10, 5, {A: 5, C: 5}, NOBODY) == (C, B, A)
 
 
+def test_a_wall_clock_that_steps_back_is_taken_as_standing_still() -> None:
+    isr = leader()
+    assert isr.observe(5000, 20, {B: 20, C: 9}, NOBODY) == (A, B)  # c: not since 0
+    assert isr.observe(1000, 25, {B: 25, C: 20}, NOBODY) == (A, B, C)  # had 20 at "5000"
+    assert isr.observe(7900, 25, {B: 25, C: 20}, NOBODY) is None
+    assert isr.observe(8001, 25, {B: 25, C: 20}, NOBODY) == (A, B)
+
+
 def test_samples_stay_bounded_and_an_idle_log_keeps_one() -> None:
     isr = leader(log_end=0, samples_max=4)
     for now in range(1, 100_000, 7):

@@ -28,6 +28,7 @@ ACKS_ALL, ACKS_1 = -1, 1
 LAG_MS = 300  # replica.lag.time.max.ms of these tests' nodes
 LONG_LAG_MS = 30_000  # Kafka's default: a late follower stays in sync throughout a test
 TURNS = 200  # loop turns of 1 ms a produce is watched for not being answered
+STREAM = 100  # produces sent one a loop turn
 
 
 def settings(min_insync: int) -> TopicSettings:
@@ -152,3 +153,26 @@ def test_min_insync_replicas_of_a_majority_asks_nothing_more_than_raft(
     cluster.net.down.add(down)
     isr_is(cluster, leader, tuple(a for a in REPLICAS if a != down))
     assert produced(cluster, cluster.send_produce(leader, ACKS_ALL)).error == ErrorCode.NONE
+
+
+@pytest.mark.parametrize("tmp_cluster", [(3, LONG_LAG_MS)], indirect=True)
+def test_a_stream_of_acks_all_produces_under_three_of_three_is_answered_in_full(
+        tmp_cluster: Cluster) -> None:
+    """The leader's disk is the slow one: its flushes return after the followers' answers,
+    with more appended meanwhile, so its own flush is what moves the offset three replicas
+    have while the next flush is wanted."""
+    cluster = tmp_cluster
+    leader = cluster.leader()
+    isr_is(cluster, leader, REPLICAS)
+    cluster.services[leader].io_delay_s = 0.005
+    answers: list[list[ProduceResult]] = []
+
+    def send_next() -> None:  # one a loop turn, so appends keep coming while flushes are out
+        answers.append(cluster.send_produce(leader, ACKS_ALL, b"%d" % len(answers)))
+        if len(answers) < STREAM:
+            cluster.loop.call_later(0.001, send_next)
+
+    send_next()
+    settle(cluster.loop, lambda: len(answers) == STREAM and all(answers))
+    assert [a[0].error for a in answers] == [ErrorCode.NONE] * STREAM
+    assert sorted(a[0].base_offset for a in answers) == [a[0].base_offset for a in answers]

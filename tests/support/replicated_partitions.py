@@ -5,7 +5,8 @@ partition, without processes.
 `Cluster(loop, tmp_path)` starts the three replicas of "t-0"; a test takes a replica down
 (`net.down`: its messages dropped both ways, and the others' `lost` names it at their next
 tick, as a shard's keepalives would), or holds what one sends (`net.held`, then
-`net.release(address)`: a slow follower whose answers are late, its node still heard from).
+`net.release(address)`: a slow follower whose answers are late, its node still heard from),
+or slows one's disk (`services[address].io_delay_s`).
 Each replica's latest leader report is in `net.leaders` and, from a leader, its in-sync
 replicas in `net.isr`.
 """
@@ -126,9 +127,10 @@ class Services:
         self.metrics = None
         self.disk_space = None
         self.raft = Raft(address, net, data_dir / "raft", self.run_blocking)
+        self.io_delay_s = 0.0  # a slow disk: each I/O call returns this much later
 
     def run_blocking(self, fn: Callable[[], Any], done: Callable[[Any, Any], None]) -> None:
-        asyncio.get_event_loop().call_soon(pool_call(fn, done))
+        asyncio.get_event_loop().call_later(self.io_delay_s, pool_call(fn, done))
 
     read_blocking = clean_blocking = run_blocking
 
