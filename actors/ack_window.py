@@ -19,6 +19,7 @@ Events in, decisions out (a produce's waiter is opaque here: the Partition's rep
     log.flush_complete(t)  --flush_done(flushed)--------->  acked, high watermark, start_flush
     log.flush_failed(t)    --flush_failed()-------------->  failed, high watermark
     Raft's Ready.committed --committed(offset)----------->  acked, high watermark (QUORUM)
+    replicas' flushes      --insync(offset)-------------->  acked (QUORUM, min.insync.replicas)
 
 Flushes coalesce. One flush is out at a time and covers everything written when it started;
 what is appended meanwhile waits for the next, which starts as the first returns and covers
@@ -31,9 +32,9 @@ all of it, so a busy partition pays one fdatasync per round trip of the disk, no
     flush_done(10)   flushed 10: answers what needs <= 10; 20 > 10 -> start_flush
     flush_started()  -> 20                         (one fdatasync for both)
 
-The commit. A produce with acks=all is answered once the commit covers it, and the committed
-offset is the high watermark. Where the commit comes from is the one thing replication
-changes, so it is named (`CommitSource`):
+The commit. A produce with acks=all is answered once the commit covers it (and what
+min.insync.replicas asks, below), and the committed offset is the high watermark. Where the
+commit comes from is the one thing replication changes, so it is named (`CommitSource`):
 
 - LOCAL (one replica): the commit follows this replica's log, the flushed offset, or the
   written offset with `write.caching` (acknowledged once in memory and flushed in the
@@ -41,6 +42,20 @@ changes, so it is named (`CommitSource`):
 - QUORUM (Raft, DESIGN.md §7): only `committed(offset)` moves it, fed from the Raft machine
   (`Ready.committed + 1`: what a quorum has flushed); the Partition reports each offset it
   hands `flush_done` to Raft as this replica's own flushed offset.
+
+min.insync.replicas (QUORUM). Raft's commit is what a majority has flushed; a topic may ask
+more replicas than a majority to have flushed a batch before acks=all is answered (its
+min.insync.replicas, Kafka's meaning on top of Raft). That is a second offset, `insync(offset)`:
+the end offset that many replicas have flushed, as the leader knows from the Raft machine's
+progress; acks=all is answered once both the commit and it cover the produce, and the high
+watermark still moves with the commit alone. `insync(None)`, the default: nothing is asked
+beyond the commit (min.insync.replicas within a majority). It is what the leader knows now, so
+it may move back (a new leader has not heard from its followers yet); only answers read it.
+Once the in-sync replicas are fewer than min.insync.replicas, the Partition takes every acks=all
+waiter out (`fail_acks`) and answers it NOT_ENOUGH_REPLICAS_AFTER_APPEND, as Kafka does.
+
+    committed(10)    high watermark 10          acks=all for offset 9 waits: 3 of 3 asked
+    insync(10)       the third replica flushed  -> acked
 
 A produce with acks=1 is answered once this replica's log has it (flushed; written with
 write.caching) or the commit covers it, whichever comes first. Under LOCAL the two rules meet
@@ -131,6 +146,8 @@ class AckWindow(Generic[W]):
         self.write_caching = write_caching
         self.commit_source = commit_source
         self.flush_covers: int | None = None  # the end offset the flush out makes durable
+        # What min.insync.replicas replicas have flushed; None: only the commit is asked.
+        self.insync_offset: int | None = None
         self._waiting: dict[Acks, collections.deque[_Waiting[W]]] = {
             Acks.LEADER: collections.deque(), Acks.ALL: collections.deque()
         }
@@ -218,6 +235,15 @@ class AckWindow(Generic[W]):
         self.committed_offset = offset
         return self._settle(moved=offset)
 
+    def insync(self, offset: int | None) -> Step[W]:
+        """Everything below `offset` is flushed on min.insync.replicas replicas (QUORUM), or
+        None: acks=all asks only the commit (the module docstring). It may move back."""
+        assert offset is None or self.commit_source is CommitSource.QUORUM, self
+        if offset == self.insync_offset:
+            return Step()
+        self.insync_offset = offset
+        return self._settle()
+
     def rewritten(self, end_offset: int) -> Step[W]:
         """Raft rewrote the log (QUORUM): a follower's divergent tail was cut, or its log
         restarted empty at the leader's log start; the log now ends at `end_offset`. Waiters
@@ -244,6 +270,13 @@ class AckWindow(Generic[W]):
         self.write_caching = write_caching
         return self._settle()
 
+    def fail_acks(self, acks: Acks) -> tuple[W, ...]:
+        """Forget every waiter of `acks`, in order, to answer it with an error (acks=all once
+        the in-sync replicas are fewer than min.insync.replicas)."""
+        waiting = _in_order((self._waiting[acks],))
+        self._waiting[acks].clear()
+        return waiting
+
     def fail_all(self) -> tuple[W, ...]:
         """Forget every waiter, to answer them with an error (the partition stops, its topic
         is deleted, its log fails): in the order they would have been answered."""
@@ -263,9 +296,12 @@ class AckWindow(Generic[W]):
         already."""
         if self.commit_source is CommitSource.LOCAL and self.local_offset > self.committed_offset:
             self.committed_offset = moved = self.local_offset
+        acks_all = self.committed_offset
+        if self.insync_offset is not None:
+            acks_all = min(acks_all, self.insync_offset)
         acked = _in_order((
             _release(self._waiting[Acks.LEADER], max(self.local_offset, self.committed_offset)),
-            _release(self._waiting[Acks.ALL], self.committed_offset),
+            _release(self._waiting[Acks.ALL], acks_all),
         ))
         self._check()
         return Step(acked=acked, high_watermark=moved,
@@ -287,7 +323,8 @@ class AckWindow(Generic[W]):
 
     def __repr__(self) -> str:
         return (f"AckWindow(written={self.written_offset}, flushed={self.flushed_offset}, "
-                f"committed={self.committed_offset}, flush_covers={self.flush_covers}, "
+                f"committed={self.committed_offset}, insync={self.insync_offset}, "
+                f"flush_covers={self.flush_covers}, "
                 f"waiting={self.waiting}, write_caching={self.write_caching}, "
                 f"{self.commit_source.name})")
 

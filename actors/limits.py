@@ -96,3 +96,10 @@ delete_records_replicas_wait_ms = 30_000
 # small. Past it the oldest go (Raft takes lost messages). A leader's appends are never held:
 # its term and vote were durable before its vote requests left, so before it could win.
 replica_held_messages_max = 1024
+
+# The in-sync replica set (actors/isr.py): a leader keeps its log's end at past times as
+# samples at least (replica.lag.time.max.ms / this) apart, to tell when each follower last
+# caught up: this many plus two for a busy partition (~2 KB), one for an idle one. A follower
+# lagging just under the limit may leave the ISR up to one such span (~2 s of Kafka's 30 s)
+# early, never late.
+isr_end_samples_max = 16

@@ -72,6 +72,13 @@ flush path and refuse clients NOT_LEADER_OR_FOLLOWER, and the leader epoch is th
 cluster's partition of replication factor 1 is a lone copy that leads at epoch 0 and says so to
 the cluster (`LoneLeader`).
 
+min.insync.replicas, as Kafka enforces it: an acks=all append (a client's produce, the group
+coordinator's write, a transaction marker) is refused NOT_ENOUGH_REPLICAS before anything is
+written while fewer replicas are in sync (this one copy without replication; with it, the
+leader's in-sync replicas, actors/isr.py), and one waiting when they become fewer is answered
+NOT_ENOUGH_REPLICAS_AFTER_APPEND; above a majority, acks=all also waits for that many
+replicas' flushes (actors/partition_replication.py). acks=0 and acks=1 are not affected.
+
 What moves the log's start (retention, DeleteRecords) and compaction live in
 actors/log_lifecycle.py, which the partition drives from a timer and its messages. The messages
 themselves are in actors/partition_messages.py (imported from here as well).
@@ -681,6 +688,12 @@ class Partition(LoopActor):
             if refused is not None:
                 self._answer(m, ProduceResult(refused))
                 return
+        if m.acks == _ACKS_ALL and self._in_sync_count() < self.settings.min_insync_replicas:
+            message = (f"{self._in_sync_count()} replica(s) in sync, fewer than "
+                       f"min.insync.replicas={self.settings.min_insync_replicas}")
+            log.debug("%s: acks=all produce refused: %s", self, message)
+            self._answer(m, ProduceResult(ErrorCode.NOT_ENOUGH_REPLICAS, message=message))
+            return
         first, last = m.headers[0], m.headers[-1]
         size = last.position + last.size - first.position
         guard = self._disk_space
@@ -1213,6 +1226,31 @@ class Partition(LoopActor):
         """A follower takes its leader's log start (actors/log_lifecycle.py)."""
         self._lifecycle.follow_log_start(offset)
 
+    def _in_sync_count(self) -> int:
+        """The replicas in sync: a replicated leader's ISR, else this one copy."""
+        return 1 if self._replication is None else len(self._replication.in_sync_replicas())
+
+    def insync_moved(self, offset: int | None) -> None:
+        """What min.insync.replicas replicas have flushed (None: only the commit is asked)."""
+        if offset != self._window.insync_offset:
+            self._carry_out(self._window.insync(offset))
+
+    def in_sync_changed(self, in_sync: int) -> None:
+        """The leader's in-sync replicas are now `in_sync` many (or min.insync.replicas
+        changed): under min.insync.replicas, every acks=all produce still waiting is answered
+        NOT_ENOUGH_REPLICAS_AFTER_APPEND, as Kafka answers (its records may still commit: a
+        retry of an idempotent producer then finds its offset)."""
+        wanted = self.settings.min_insync_replicas
+        if in_sync >= wanted:
+            return
+        failed = self._window.fail_acks(Acks.ALL)
+        if failed:
+            log.info("%s: %d replica(s) in sync, fewer than min.insync.replicas=%d: %d acks=all "
+                     "produce(s) answered NOT_ENOUGH_REPLICAS_AFTER_APPEND", self, in_sync,
+                     wanted, len(failed))
+        for waiter in failed:
+            waiter.reply(ProduceResult(ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND))
+
     def quorum_committed(self, high_watermark: int) -> None:
         if high_watermark > self._window.committed_offset:
             self._carry_out(self._window.committed(high_watermark))
@@ -1257,12 +1295,14 @@ class Partition(LoopActor):
 
     def raft_status(self) -> list[Any] | None:
         """For the shard's stats: [topic, index, role, leader, term, hwm, log end, followers,
-        quiesced]."""
+        quiesced, in-sync replica nodes (a leader's), replica nodes, min.insync.replicas]."""
         if self._replication is None or self._log is None:
             return None
-        role, leader, term, followers, quiesced = self._replication.status()
+        role, leader, term, followers, quiesced, isr = self._replication.status()
+        replicas = [node for node, _ in self._replication.replicas]
         return [self.topic, self.index, role, leader, term, self.high_watermark,
-                self._log.next_offset, followers, quiesced]
+                self._log.next_offset, followers, quiesced, isr, replicas,
+                self.settings.min_insync_replicas]
 
     # Topic changes ------------------------------------------------------------------------
 
@@ -1274,6 +1314,8 @@ class Partition(LoopActor):
             self._log.set_config(self._log_config())
             if not self._starting:  # else the window is made from the settings at the start
                 self._carry_out(self._window.set_write_caching(m.settings.write_caching))
+            if self._replication is not None:
+                self._replication.settings_changed()
 
     def _delete_records(self, m: DeleteRecords) -> None:
         if not self._leading:
@@ -1301,6 +1343,8 @@ class Partition(LoopActor):
         self._close_log()
         self.stop_now()
 
+
+_ACKS_ALL = -1
 
 # What waits while the partition starts or rebuilds its producer state (`_hold`).
 _WAIT_FOR_STATE = frozenset({Produce, Read, ListOffset, EpochEndOffset, PartitionInfo,

@@ -16,6 +16,16 @@ questions about its role:
                  last batch it covered when it began (`flushed`): a flush whose batches were
                  cut meanwhile acknowledges nothing
 
+The leader keeps the partition's in-sync replicas (actors/isr.py: Kafka's
+replica.lag.time.max.ms rule over the machine's progress, and a node known down leaves at
+once), checked on every tick, and reports each change as a new version of its leader report
+(shards/raft_host.py), which Metadata and the admin API read. min.insync.replicas has Kafka's
+meaning on top of Raft: an acks=all produce is refused NOT_ENOUGH_REPLICAS while the in-sync
+replicas are fewer, NOT_ENOUGH_REPLICAS_AFTER_APPEND when they become fewer while it waits
+(actors/partition.py), and is answered once max(majority, min.insync.replicas) replicas have
+flushed it: beyond a majority, the ack window's second offset (`insync_offset`, from the
+progress's matches) holds it; the high watermark still moves with the majority.
+
 Stepping down, a leader answers the produces still waiting REQUEST_TIMED_OUT: whether they
 commit is the next leader's to decide, and an idempotent producer's retry is answered with its
 original offset if they did (producer state is kept on every replica, rebuilt after a cut).
@@ -52,6 +62,7 @@ from collections.abc import Set as AbstractSet
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from actors import limits
+from actors.isr import InSyncReplicas
 from actors.raft import Config, LogState, Message, RaftMachine, Role, SoftState
 from actors.replica import Replica, log_batch_reader
 from storage.log import Log
@@ -110,7 +121,9 @@ class RaftServices:
     def unregister(self, key: GroupKey) -> None: ...
     def schedule(self, fn: Callable[[], None]) -> None: ...
     def leader_changed(self, key: GroupKey, leader: Address | None, epoch: int,
-                       replicas: tuple[Address, ...]) -> None: ...
+                       isr: tuple[Address, ...]) -> None:
+        """`leader` leads in `epoch`; `isr`: its in-sync replicas when the report is the
+        leader's own (a new version each time they change)."""
 
 
 class LoneLeader:
@@ -154,6 +167,7 @@ class Replication:
         self._ticks = 0
         # DeleteRecords waiting for the followers' log starts: (offset, deadline ms, reply).
         self._start_waiters: list[tuple[int, int, DeleteRecordsReply]] = []
+        self.isr: InSyncReplicas[Address] | None = None  # while leading (module docstring)
 
     # Lifecycle ----------------------------------------------------------------------------
 
@@ -198,6 +212,7 @@ class Replication:
             return
         replica.tick(self.raft.lost)
         self._answer_start_waiters()
+        self._observe_isr()
         self._ticks += 1
         if self._ticks % (self.raft.election_ticks * limits.preferred_leader_check_timeouts) == 0:
             self._hand_back()
@@ -224,6 +239,7 @@ class Replication:
         for m in messages:
             replica.receive(m)
         self._answer_start_waiters()
+        self._flushes_moved()
 
     def unreachable(self, peer: Address) -> None:
         if self.replica is not None and not self.replica.closed:
@@ -281,6 +297,10 @@ class Replication:
     def flushed(self, offset: int, term: int | None) -> None:
         if term is not None and self.replica is not None and not self.replica.closed:
             self.replica.flushed(offset, term)
+            if self.insync_offset() is not None:
+                # Once the flush's own step is carried out (Partition._flush_done): a step
+                # from here could start the next flush before that one does.
+                self.raft.schedule(self._flushes_moved)
 
     def log_start_moved(self, offset: int) -> None:
         """Retention or DeleteRecords moved the log start (below the high watermark, so
@@ -330,18 +350,68 @@ class Replication:
                 low = min(low, progress.log_start)
         return low
 
+    # The in-sync replicas and min.insync.replicas (module docstring) ------------------------
+
+    def in_sync_replicas(self) -> tuple[Address, ...]:
+        """This leader's in-sync replicas, itself first among them in replica order; () when
+        it does not lead."""
+        return () if self.isr is None else self.isr.isr
+
+    def insync_offset(self) -> int | None:
+        """The end offset that the topic's min.insync.replicas replicas have flushed (this
+        leader's own flush and its followers' matches), when that is more than Raft's
+        majority; None when the majority's commit is all it asks, or this replica does not
+        lead."""
+        machine = self.machine
+        wanted = self.partition.settings.min_insync_replicas
+        if machine.role != Role.Leader or wanted <= machine.quorum:
+            return None
+        flushed = [machine.log.flushed_offset, *(pr.match for pr in machine.progress.values())]
+        if wanted > len(flushed):
+            return 0  # never: more than there are replicas
+        flushed.sort(reverse=True)
+        return flushed[wanted - 1] + 1
+
+    def settings_changed(self) -> None:
+        """The topic's settings changed (min.insync.replicas among them)."""
+        self._flushes_moved()
+        if self.isr is not None:
+            self.partition.in_sync_changed(len(self.isr.isr))
+
+    def _flushes_moved(self) -> None:
+        """A follower's answer or this replica's own flush came in: what min.insync.replicas
+        replicas have flushed may have moved."""
+        if self.replica is not None and not self.replica.closed:
+            self.partition.insync_moved(self.insync_offset())
+
+    def _observe_isr(self) -> None:
+        isr, machine = self.isr, self.machine
+        if isr is None or machine.role != Role.Leader:
+            return
+        matches: dict[Any, int] = {peer: pr.match for peer, pr in machine.progress.items()}
+        changed = isr.observe(self.partition.now_ms(), machine.log.last_offset, matches,
+                              self.raft.lost)
+        if changed is None:
+            return
+        log.info("%s: in-sync replicas now nodes %s of %s", self.partition,
+                 [node for node, _ in changed], [node for node, _ in self.replicas])
+        self.raft.leader_changed(self.key, self.raft.address, machine.term, changed)
+        self.partition.in_sync_changed(len(changed))
+
     def status(self) -> list[Any]:
-        """[role, leader node or -1, term, {follower node: matched offset}, quiesced] for the
-        admin."""
+        """[role, leader node or -1, term, {follower node: matched offset}, quiesced,
+        in-sync replica nodes (a leader's; [] elsewhere)] for the admin."""
         if self.replica is None:
-            return ["follower", -1, 0, {}, False]
+            return ["follower", -1, 0, {}, False, []]
         machine = self.machine
         followers = {}
         if machine.role == Role.Leader:
             followers = {str(peer[0]): pr.match  # type: ignore[index]
                          for peer, pr in machine.progress.items() if peer != self.raft.address}
         leader = machine.leader[0] if isinstance(machine.leader, tuple) else -1
-        return [machine.role.name.lower(), leader, machine.term, followers, machine.quiesced]
+        isr = [node for node, _ in self.in_sync_replicas()]
+        return [machine.role.name.lower(), leader, machine.term, followers, machine.quiesced,
+                isr]
 
     # ReplicaHost ------------------------------------------------------------------------------
 
@@ -375,13 +445,18 @@ class Replication:
         p = self.partition
         was_leader = p.leader_epoch_is_leader
         leader = soft.leader if isinstance(soft.leader, tuple) else None
+        self.isr = None
         if soft.role == Role.Leader:
             log_ = p.log_or_none()
             self._ready_at = log_.next_offset if log_ is not None else 0
             log.info("%s: leader in term %d", p, term)
+            self.isr = InSyncReplicas(
+                self.raft.address, self.replicas, p.services.settings.replica_lag_time_max_ms,
+                p.now_ms(), self.machine.log.last_offset, self.raft.lost)
         p.role_changed(soft.role == Role.Leader, term, was_leader)
-        self.raft.leader_changed(self.key, leader, term, self.replicas)
+        self.raft.leader_changed(self.key, leader, term, self.in_sync_replicas())
         self._answer_start_waiters()
+        self._flushes_moved()
 
     def send(self, messages: list[Message]) -> None:
         self.raft.send(self.key, messages)

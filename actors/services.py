@@ -48,6 +48,7 @@ class BrokerSettings:
     partitions_max: int = 100_000  # partitions the node may own (topic_partitions_per_shard)
     transaction_max_timeout_ms: int = 900_000  # Kafka's transaction.max.timeout.ms
     transactional_id_expiration_ms: int = 7 * 24 * 3600 * 1000  # idle ids are forgotten
+    replica_lag_time_max_ms: int = 30_000  # a follower this long behind leaves the ISR
 
 
 @dataclass(frozen=True, slots=True)

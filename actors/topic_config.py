@@ -13,9 +13,11 @@ Every key is either enforced or refused; none is accepted and ignored:
   segment.index.bytes, index.interval.bytes, file.delete.delay.ms, delete.retention.ms,
   min.cleanable.dirty.ratio, min.compaction.lag.ms, max.compaction.lag.ms, max.message.bytes,
   message.timestamp.type and write.caching (see `TopicSettings`).
-- Enforced by the Produce handler: min.insync.replicas. An acks=all produce to a topic whose
-  min.insync.replicas exceeds the replicas in sync (one: there is no replication yet) gets
-  NOT_ENOUGH_REPLICAS, as Kafka answers; acks=0 and acks=1 are not affected.
+- Enforced by the partition's leader: min.insync.replicas, Kafka's meaning on top of Raft. An
+  acks=all produce is refused NOT_ENOUGH_REPLICAS while the in-sync replicas (one on a node of
+  its own) are fewer, answered NOT_ENOUGH_REPLICAS_AFTER_APPEND when they become fewer while
+  it waits, and answered once max(a majority, min.insync.replicas) replicas have flushed it
+  (actors/partition.py); acks=0 and acks=1 are not affected.
 - Met by construction, so any valid value holds: flush.ms and flush.messages bound how long
   an append may stay unflushed, and Krill flushes every append at once (fdatasync before
   acks=1 or acks=all is answered, unless write.caching), which meets any bound;
@@ -326,21 +328,26 @@ def _list_items(value: str) -> list[str]:
     return [part.strip() for part in value.split(",") if part.strip()]
 
 
-def check_offsets_topic(configs: Mapping[str, str]) -> None:
+def check_offsets_topic(configs: Mapping[str, str], replication_factor: int = 1) -> None:
     """What the group coordinator needs of `__consumer_offsets`: compaction alone (it keeps
-    each group's last commit; retention would delete live offsets) and no min.insync.replicas
-    above one (its commits are written with acks=all past the Produce handler, which is where
-    that key is enforced). ConfigError names the key."""
+    each group's last commit; retention would delete live offsets) and min.insync.replicas no
+    more than a majority of its `replication_factor` replicas (1 on a node of its own, 2 of
+    3). The coordinator writes group state and commits with acks=all, which min.insync.replicas
+    governs as any producer's: up to a majority it asks nothing Raft's commit does not give
+    already (Kafka setups commonly set 2 of 3), and above it every group would stop committing
+    and joining whenever one replica's node is down. ConfigError names the key."""
     policy = _list_items(configs.get("cleanup.policy", DEFAULTS["cleanup.policy"] or ""))
     if set(policy) != {"compact"}:
         raise ConfigError(
             "cleanup.policy: __consumer_offsets stays compact: the group coordinator keeps "
             "each group's last committed offsets there, which deletion would lose"
         )
-    if min_insync_replicas(configs) != 1:
+    majority = replication_factor // 2 + 1
+    if min_insync_replicas(configs) > majority:
         raise ConfigError(
-            "min.insync.replicas: __consumer_offsets keeps 1: the group coordinator writes "
-            "its commits with acks=all and this node has one replica in sync"
+            f"min.insync.replicas: __consumer_offsets takes at most {majority}, a majority of "
+            f"its {replication_factor} replica(s): the group coordinator writes with acks=all, "
+            "and more would stop every group while one replica is down"
         )
 
 

@@ -243,7 +243,8 @@ def _replicas_from_stats(node: ClusterNode) -> list[dict[str, Any]]:
             node.snapshot_seconds.append(snapshot.get("snapshot_seconds", 0.0))
         finally:
             sock.close(linger=0)
-        for topic, part, role, leader, term, hwm, log_end, followers in snapshot.get("raft", ()):
+        for topic, part, role, leader, term, hwm, log_end, followers, *_ in snapshot.get(
+                "raft", ()):  # then quiesced, isr, replicas, min.insync.replicas (shards/admin.py)
             rows.append({"topic": topic, "partition": part, "role": role, "leader": leader,
                          "term": term, "high_watermark": hwm, "log_end": log_end,
                          "followers": followers})  # fmt: skip

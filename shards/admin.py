@@ -4,11 +4,14 @@
     GET /public_metrics             the `redpanda_*` ones only (Redpanda's dashboards read them)
     GET /v1/status/ready            200 once every shard serves, else 503 (load balancers)
     GET /v1/status/live             200 while every shard process runs, else 503
-    GET /v1/cluster/health_overview is the cluster healthy: nodes down, leaderless partitions
+    GET /v1/cluster/health_overview is the cluster healthy: nodes down, leaderless partitions,
+                                    under-replicated ones among those this node leads
     GET /v1/node                    this node: id, addresses, shards, uptime
     GET /v1/partitions              this node's replicas of replicated partitions: role,
-                                    leader, term, high watermark, log end, followers' match,
-                                    quiesced (an idle group that stopped ticking)
+                                    leader, term, high watermark, log end, followers' match
+                                    (their last offset), quiesced (an idle group that stopped
+                                    ticking), replicas, in-sync replicas (a leader's) and
+                                    min.insync.replicas
 
 Failure probes, after Redpanda's `/v1/failure-probes`, for fault-injection tests and the
 scenario runner's slow-disk and fdatasync-error faults (storage/probes.py). They answer 403
@@ -34,6 +37,11 @@ less a group's committed offset) happen here.
 Names follow Redpanda's public metrics where one exists (`redpanda_kafka_request_bytes_total`,
 `redpanda_kafka_max_offset`, `redpanda_kafka_consumer_group_lag_sum`, ...), with Redpanda's
 labels, so its dashboards work unchanged; the rest are `krill_*`, labelled by shard.
+Replication is told by each partition's leader, as Redpanda's and Kafka's brokers tell it:
+`redpanda_kafka_under_replicated_replicas` (per partition this node leads: its replicas out of
+the in-sync set), and Kafka's ReplicaManager gauges as `krill_under_replicated_partitions`
+and `krill_under_min_isr_partitions` (per shard), with `krill_out_of_sync_replicas` by the node
+that holds them.
 """
 
 from __future__ import annotations
@@ -233,6 +241,15 @@ class _Collector:
         for topic, count in sorted(partitions.items()):
             per_topic.add_metric([_NAMESPACE, topic], count)
         yield per_topic
+        under = GaugeMetricFamily(
+            "redpanda_kafka_under_replicated_replicas",
+            "Replicas of a partition this node leads that are not in its in-sync set",
+            labels=["redpanda_namespace", "redpanda_topic", "redpanda_partition"])
+        out_of_sync = {(r["topic"], r["partition"]): len(r["replicas"]) - len(r["isr"])
+                       for r in _led(self.snapshots)}
+        for topic, index in sorted(set(hwm) | set(out_of_sync)):  # a lone copy: none
+            under.add_metric([_NAMESPACE, topic, str(index)], out_of_sync.get((topic, index), 0))
+        yield under
         yield GaugeMetricFamily("redpanda_cluster_topics", "Topics", value=len(partitions))
         yield GaugeMetricFamily("redpanda_cluster_partitions", "Partitions", value=len(hwm))
         yield GaugeMetricFamily("redpanda_cluster_brokers", "Brokers in the cluster", value=1)
@@ -313,6 +330,7 @@ class _Collector:
         yield _counter_with("krill_kafka_connections_refused", "Connections refused over "
                             "kafka_connections_max", shard_labels,
                             [([str(i)], s["connections_refused"]) for i, s in live])
+        yield from _replication_gauges(self.snapshots)
         yield _counter_with("krill_raft_messages_dropped", "Raft messages that found no replica "
                             "of their group on the shard: none started (yet, or any more), or "
                             "one of another incarnation of the topic name", ["reason", "shard"],
@@ -332,6 +350,30 @@ class _Collector:
         recorded = [(str(i), s["metrics"]) for i, s in live if s.get("metrics") is not None]
         if recorded:
             yield from _recorded(recorded)
+
+
+def _replication_gauges(snapshots: list[dict[str, Any] | None]) -> Iterator[Metric]:
+    """Kafka's ReplicaManager gauges, over the partitions each shard leads (a node in a
+    cluster); and the replicas out of sync by the node that holds them."""
+    under = {i: 0 for i, s in enumerate(snapshots) if s is not None and "raft" in s}
+    under_min = dict(under)
+    out_of_sync: dict[int, int] = {}
+    for r in _led(snapshots):
+        missing = [node for node in r["replicas"] if node not in r["isr"]]
+        under[r["shard"]] += bool(missing)
+        under_min[r["shard"]] += len(r["isr"]) < r["min_insync"]
+        for node in missing:
+            out_of_sync[node] = out_of_sync.get(node, 0) + 1
+    yield _gauge_with("krill_under_replicated_partitions", "Partitions the shard leads with "
+                      "fewer replicas in sync than replicas (Kafka's UnderReplicatedPartitions)",
+                      ["shard"], [([str(i)], n) for i, n in sorted(under.items())])
+    yield _gauge_with("krill_under_min_isr_partitions", "Partitions the shard leads with fewer "
+                      "replicas in sync than min.insync.replicas: acks=all is refused "
+                      "(Kafka's UnderMinIsrPartitionCount)", ["shard"],
+                      [([str(i)], n) for i, n in sorted(under_min.items())])
+    yield _gauge_with("krill_out_of_sync_replicas", "Replicas on a node that are out of the "
+                      "in-sync set of a partition this node leads", ["node"],
+                      [([str(node)], n) for node, n in sorted(out_of_sync.items())])
 
 
 def _recorded(recorded: list[tuple[str, dict[str, Any]]]) -> Iterator[Metric]:
@@ -503,9 +545,10 @@ def health_overview(node: Node, snapshots: list[dict[str, Any] | None]) -> dict[
 #
 # In a cluster each shard's snapshot carries "raft": one entry per replica it hosts,
 # [topic, partition, role, leader node (-1: none known), term, high watermark, log end,
-# followers], followers being {node: matched offset} on a leader and {} elsewhere; shard 0's
-# carries "controller": {"leader": node or -1, "term": int, "nodes": [registered ids]}. A node
-# of its own has neither key.
+# followers, quiesced, isr, replicas, min.insync.replicas], followers being {node: matched
+# offset (its last)} and isr the in-sync replica nodes on a leader, {} and [] elsewhere;
+# replicas every replica's node. Shard 0's carries "controller": {"leader": node or -1, "term":
+# int, "nodes": [registered ids]}. A node of its own has neither key.
 
 RAFT_ROLES = ("leader", "follower", "candidate", "precandidate")
 
@@ -517,16 +560,22 @@ def replicated_partitions(snapshots: list[dict[str, Any] | None]) -> list[dict[s
     for shard, snapshot in enumerate(snapshots):
         for entry in (snapshot or {}).get("raft") or ():
             (topic, partition, role, leader, term, high_watermark, log_end, followers,
-             quiesced) = entry
+             quiesced, isr, nodes, min_insync) = entry
             replicas.append({
                 "topic": topic, "partition": partition, "shard": shard, "role": role,
                 "leader": leader, "term": term, "high_watermark": high_watermark,
                 "log_end": log_end,
                 "followers": {str(n): offset for n, offset in sorted((followers or {}).items())},
-                "quiesced": quiesced,
+                "quiesced": quiesced, "replicas": list(nodes), "isr": list(isr),
+                "min_insync": min_insync,
             })
     replicas.sort(key=lambda r: (r["topic"], r["partition"]))
     return replicas
+
+
+def _led(snapshots: list[dict[str, Any] | None]) -> list[dict[str, Any]]:
+    """The replicated partitions this node leads, with their in-sync replicas."""
+    return [r for r in replicated_partitions(snapshots) if r["role"] == "leader" and r["isr"]]
 
 
 def controller_state(snapshots: list[dict[str, Any] | None]) -> dict[str, Any] | None:
@@ -556,14 +605,16 @@ def _cluster_health(
     down: list[int],
 ) -> dict[str, Any]:
     """The overview of a node in a cluster, as this node sees it: the controller's leader
-    and registered nodes, and its own replicas' leadership (a replica that knows no leader
-    makes its partition leaderless). Under-replication needs every replica's view: `krill
-    cluster health` reads it from Metadata's ISR, so none is listed here."""
+    and registered nodes, its own replicas' leadership (a replica that knows no leader
+    makes its partition leaderless), and the partitions it leads with fewer replicas in sync
+    than replicas (`krill cluster health` reads every partition's from Metadata's ISR)."""
     replicas = replicated_partitions(snapshots)
     leaderless = sorted({(r["topic"], r["partition"]) for r in replicas if r["leader"] < 0})
+    under = [(r["topic"], r["partition"]) for r in _led(snapshots)
+             if len(r["isr"]) < len(r["replicas"])]
     listed = limits.health_partitions_listed_max
     return {
-        "is_healthy": not down and not leaderless and controller["leader"] >= 0,
+        "is_healthy": not down and not leaderless and not under and controller["leader"] >= 0,
         "node_id": node.node_id,
         "controller_id": controller["leader"],
         "controller": controller,
@@ -572,8 +623,8 @@ def _cluster_health(
         "shards_down": down,
         "leaderless_count": len(leaderless),
         "leaderless_partitions": [{"topic": t, "partition": p} for t, p in leaderless[:listed]],
-        "under_replicated_count": 0,
-        "under_replicated_partitions": [],
+        "under_replicated_count": len(under),
+        "under_replicated_partitions": [{"topic": t, "partition": p} for t, p in under[:listed]],
         "leaders_count": sum(r["role"] == "leader" for r in replicas),
         "leadership": [
             {"topic": r["topic"], "partition": r["partition"], "role": r["role"],

@@ -83,7 +83,11 @@ def build_parser(
                        help="a follower without a leader campaigns after a random [MS, 2 MS) "
                             "(default 1000)")
     start.add_argument("--raft-heartbeat-interval-ms", type=int, metavar="MS",
-                       help="the leader's heartbeat, the Raft tick (default 150)")
+                       help="the leader's heartbeat, the Raft tick (default 300)")
+    start.add_argument("--replica-lag-time-max-ms", type=int, metavar="MS",
+                       help="a follower not caught up with its leader for this long leaves "
+                            "the in-sync replicas (Kafka's replica.lag.time.max.ms, default "
+                            "30000)")
     start.add_argument("--config", metavar="FILE",
                        help="YAML node config (env KRILL_CONFIG); flags and KRILL_* win")
     start.add_argument("--log-level", type=str.lower, choices=LOG_LEVELS,

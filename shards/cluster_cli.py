@@ -13,7 +13,8 @@ in-sync replicas than replicas, or a node is down (a broker whose admin API does
 
 `info` reads Kafka metadata (brokers, controller, each partition's leader, replicas and ISR)
 like any client, each node's `/v1/node` and `/v1/status/ready`, and each node's
-`/v1/partitions` for a leader's view of its followers (lag: log end less a follower's match).
+`/v1/partitions` for a leader's view of its followers (lag: the offsets a follower lacks of
+the leader's log, its log end less the end of the follower's match; 0 once caught up).
 
 The admin addresses are `--admin` (several, for `up`'s nodes on one host), else each broker's
 host on port 9644: the bootstrap brokers', and in a cluster every broker's in Metadata.
@@ -395,18 +396,20 @@ def cluster_overview(overviews: list[dict[str, Any]], unreachable: list[str],
     that did not answer, and Kafka Metadata (brokers, controller_id, topics' partitions with
     leader, replicas, isrs). A node is down when it is a broker or a registered node and no
     answer says it serves; a partition is leaderless with leader -1 (or when a replica of it
-    knows no leader), under-replicated with fewer in-sync replicas than replicas."""
+    knows no leader), under-replicated with fewer in-sync replicas than replicas (in Metadata,
+    or as its leader's overview says)."""
     registered = {n for o in overviews for n in o.get("all_nodes", ())}
     all_nodes = sorted(set(metadata.brokers) | registered)
     serving = {o["node_id"] for o in overviews if "node_id" in o and not o["nodes_down"]}
     leaderless = {(p["topic"], p["partition"]) for o in overviews
                   for p in o["leaderless_partitions"]}
-    under = []
+    under = {(p["topic"], p["partition"]) for o in overviews
+             for p in o.get("under_replicated_partitions", ())}
     for topic, index, p in _partitions(metadata):
         if p.leader < 0:
             leaderless.add((topic, index))
         elif len(p.isrs) < len(p.replicas):
-            under.append((topic, index))
+            under.add((topic, index))
     listed = limits.health_partitions_listed_max
     nodes_down = [n for n in all_nodes if n not in serving]
     shards_down = sorted({(o["node_id"], s) for o in overviews for s in o["shards_down"]})
@@ -422,7 +425,8 @@ def cluster_overview(overviews: list[dict[str, Any]], unreachable: list[str],
         "leaderless_partitions": [{"topic": t, "partition": p}
                                   for t, p in sorted(leaderless)[:listed]],
         "under_replicated_count": len(under),
-        "under_replicated_partitions": [{"topic": t, "partition": p} for t, p in under[:listed]],
+        "under_replicated_partitions": [{"topic": t, "partition": p}
+                                        for t, p in sorted(under)[:listed]],
     }
 
 
@@ -499,7 +503,8 @@ def info(args: argparse.Namespace, out: IO[str] = sys.stdout) -> int:
 
 def partition_rows(metadata: Any, replicated: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Each partition's leader, replicas and ISR from Metadata; lag per follower (the
-    leader's log end less the follower's match) from the nodes' /v1/partitions answers (the
+    offsets of the leader's log it lacks: the leader's log end, its next offset, less the
+    follower's match, its last offset, plus one) from the nodes' /v1/partitions answers (the
     leader of the highest term where two claim it)."""
     leaders: dict[tuple[str, int], dict[str, Any]] = {}
     for answer in replicated:
@@ -511,7 +516,7 @@ def partition_rows(metadata: Any, replicated: list[dict[str, Any]]) -> list[dict
     for topic, index, p in _partitions(metadata):
         leader = leaders.get((topic, index))
         lag = {} if leader is None else {
-            node: max(0, leader["log_end"] - matched)
+            node: max(0, leader["log_end"] - (matched + 1))
             for node, matched in leader["followers"].items()}
         rows.append({"topic": topic, "partition": index, "leader": p.leader,
                      "replicas": list(p.replicas), "isr": list(p.isrs), "lag": lag})

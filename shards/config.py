@@ -104,6 +104,10 @@ class NodeConfig:
     # (bench `cluster`) while a follower still hears three beats per election timeout.
     raft_election_timeout_ms: int = 1000
     raft_heartbeat_interval_ms: int = 300
+    # Kafka's replica.lag.time.max.ms: a follower that has not caught up with its leader's
+    # log end for this long leaves the partition's in-sync replicas (actors/isr.py); one
+    # whose node is not heard from for an election timeout leaves at once.
+    replica_lag_time_max_ms: int = 30_000
     disable_metrics: bool = False  # record nothing and serve no /metrics (Redpanda's name)
     auto_create_topics: bool = True
     default_partitions: int = 1
@@ -184,7 +188,8 @@ class NodeConfig:
         if self.pipe_arena_bytes < 0:
             raise ConfigError(f"pipe_arena_bytes must not be negative, not {self.pipe_arena_bytes}")
         for name in ("group_offset_retention_sec", "group_offset_retention_check_ms",
-                     "transaction_max_timeout_ms", "transactional_id_expiration_ms"):
+                     "transaction_max_timeout_ms", "transactional_id_expiration_ms",
+                     "replica_lag_time_max_ms"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be at least 1, not {getattr(self, name)}")
         if self.group_initial_rebalance_delay_ms < 0:
@@ -324,7 +329,7 @@ _FIELD_TYPES: dict[str, type] = {
     "transactional_id_expiration_ms": int, "storage_mode": str, "log_level": str,
     "storage_min_free_bytes": int, "enable_failure_injection": bool,
     "rpc_host": str, "rpc_port": int, "seeds": str, "raft_election_timeout_ms": int,
-    "raft_heartbeat_interval_ms": int,
+    "raft_heartbeat_interval_ms": int, "replica_lag_time_max_ms": int,
 }
 _OPTIONAL_FIELDS = ("advertise_host", "advertise_port")
 assert set(_FIELD_TYPES) == {f.name for f in dataclasses.fields(NodeConfig)}

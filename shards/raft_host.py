@@ -24,12 +24,13 @@ controller group (actors/cluster_controller.py), is a Raft group driven from her
   an append of the group within the last tick is dropped: the append reset the follower's
   election clock and carried the commit, and its answer marks the follower active (a
   heartbeat marked quiesce always goes).
-- Leaders: a replica's leadership changes go into this shard's `LeaderTable` (Metadata,
-  coordinators) and, from the leader, to every shard of every node (shards/calls/leaders.py;
-  a partition of replication factor 1 has no group and reports itself the same way),
-  again every `leader_refresh_interval_s` for the partitions it leads, so a node that missed a
-  report learns every leader within that long; a shard that starts asks every peer shard for
-  what it leads once it has its first topic table (`ask_leaders`).
+- Leaders: a replica's leadership changes, and a leader's in-sync replicas each time they
+  change (actors/isr.py, a new version of its report), go into this shard's `LeaderTable`
+  (Metadata, coordinators) and, from the leader, to every shard of every node
+  (shards/calls/leaders.py; a partition of replication factor 1 has no group and reports
+  itself the same way), again every `leader_refresh_interval_s` for the partitions it leads,
+  so a node that missed a report learns every leader within that long; a shard that starts
+  asks every peer shard for what it leads once it has its first topic table (`ask_leaders`).
 """
 
 from __future__ import annotations
@@ -199,15 +200,16 @@ class RaftHost:
             self._sent.add(target)
 
     def leader_changed(self, key: GroupKey, leader: Address | None, epoch: int,
-                       replicas: tuple[Address, ...]) -> None:
-        """A replica here saw its group's leader change. The report carries the replica's
-        own topic id: one of a deleted topic's, not yet stopped, is ignored everywhere
-        (actors/cluster/leaders.py), never taken for the new topic's."""
+                       isr: tuple[Address, ...]) -> None:
+        """A replica here saw its group's leader change, or (leading) its in-sync replicas
+        `isr`: a leader's report goes out as the next version of its epoch's. The report
+        carries the replica's own topic id: one of a deleted topic's, not yet stopped, is
+        ignored everywhere (actors/cluster/leaders.py), never taken for the new topic's."""
         topic, index, topic_id = key
         if leader == self.address:
             version = self._versions.get(key, 0) + 1
             self._versions[key] = version
-            update = LeaderUpdate(topic, topic_id, index, leader, epoch, replicas, version)
+            update = LeaderUpdate(topic, topic_id, index, leader, epoch, isr, version)
             self._led[key] = update
             self._tell_everyone([update])
         else:

@@ -128,6 +128,7 @@ class Shard:
             partitions_max=config.topic_partitions_per_shard * shards,
             transaction_max_timeout_ms=config.transaction_max_timeout_ms,
             transactional_id_expiration_ms=config.transactional_id_expiration_ms,
+            replica_lag_time_max_ms=config.replica_lag_time_max_ms,
         )
         self.metrics = None if config.disable_metrics else ShardMetrics()
         self.disk_space = FreeSpaceGuard(config.storage_min_free_bytes)

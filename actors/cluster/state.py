@@ -353,7 +353,7 @@ class ClusterState:
             configs = replaced(c.operations) if c.replace else altered(topic.configs,
                                                                          c.operations)
             if c.name == OFFSETS_TOPIC:
-                check_offsets_topic(configs)
+                check_offsets_topic(configs, topic.replication_factor)
         except OperationError as e:
             return Applied(ErrorCode.INVALID_REQUEST, str(e))
         except ConfigError as e:

@@ -126,6 +126,7 @@ def broker_entries(settings: BrokerSettings) -> list[ConfigEntry]:
         "log.retention.check.interval.ms": (
             str(settings.log_cleanup_interval_ms), ConfigType.LONG),
         "log.dirs": (settings.data_dir, ConfigType.STRING),
+        "replica.lag.time.max.ms": (str(settings.replica_lag_time_max_ms), ConfigType.LONG),
         # Not a Kafka key: how many shards own this node's partitions (`krill topic describe`
         # shows each partition's shard with shards.shard_table.shard_of).
         "krill.shards": (str(settings.shards), ConfigType.INT),

@@ -10,7 +10,8 @@ Record sets stay opaque bytes: each batch's header, length and CRC-32C are check
 the partition's owner assigns offsets and appends (DESIGN.md §2). acks=0 gets no response;
 acks=1 and acks=all are answered once the data is flushed (safe mode). An acks=all produce
 to a topic whose min.insync.replicas exceeds the replicas in sync gets NOT_ENOUGH_REPLICAS and
-is not appended, as Kafka answers; acks=0 and acks=1 do not wait for other replicas.
+is not appended, as Kafka answers: the partition's leader knows its in-sync replicas and
+checks (actors/partition.py); acks=0 and acks=1 do not wait for other replicas.
 
 Transactional batches (KIP-98) are taken: each must carry a producer id, and opens or
 continues its producer's transaction on the partition (actors/txn_state.py); the request's
@@ -24,7 +25,6 @@ from typing import Any
 
 from actors.handlers.join import Join, send
 from actors.partition import Produce, ProduceResult
-from actors.topic_config import min_insync_replicas
 from wire import limits
 from wire.errors import DecodeError, ErrorCode
 from wire.messages.produce import ProduceRequest, ProduceResponse
@@ -40,9 +40,6 @@ PartitionProduceResponse = ProduceResponse.PartitionProduceResponse
 BatchIndexAndErrorMessage = ProduceResponse.BatchIndexAndErrorMessage
 
 _VALID_ACKS = (0, 1, -1)
-_ACKS_ALL = -1
-# Replicas in sync per partition of a node of its own: the leader alone.
-_IN_SYNC_REPLICAS = 1
 _CODEC_MAX = 4  # zstd
 
 
@@ -64,8 +61,6 @@ def handle(ctx: Any, request: ProduceRequest) -> None:
     for index, (topic, data) in enumerate(parts):
         reply = join.slot(index) if join is not None else None
         error, message, headers = _check(acks, data.records)
-        if error is None and acks == _ACKS_ALL:
-            error, message = _check_in_sync(services, topic, data.index)
         if error is None:
             ref = services.partition(topic, data.index)
             if ref is not None:
@@ -103,25 +98,6 @@ def _check(
         if header.is_transactional and header.producer_id < 0:
             return ErrorCode.INVALID_RECORD, "a transactional batch needs a producer id", []
     return None, None, headers
-
-
-def _check_in_sync(services: Any, topic: str, index: int) -> tuple[ErrorCode | None, str | None]:
-    """NOT_ENOUGH_REPLICAS when the topic asks more replicas in sync than an acknowledgement
-    guarantees: one on a node of its own; in a cluster a Raft majority of the replicas (a
-    write is acknowledged once that many have it on disk, Kafka's min.insync.replicas rule
-    for every setting up to it)."""
-    info = services.topics().topics.get(topic)
-    if info is None or not 0 <= index < info.partitions:
-        return None, None  # no such partition: the partition lookup answers
-    wanted = min_insync_replicas(info.configs)
-    leader = services.partition_leader(topic, index)
-    guaranteed = _IN_SYNC_REPLICAS if leader is None else len(leader[2]) // 2 + 1
-    if wanted <= guaranteed:
-        return None, None
-    return ErrorCode.NOT_ENOUGH_REPLICAS, (
-        f"{guaranteed} replica(s) in sync for {topic}-{index} (a majority of its "
-        f"{1 if leader is None else len(leader[2])}), fewer than its min.insync.replicas {wanted}"
-    )
 
 
 def _response(parts: list[tuple[str, Any]], results: list[ProduceResult]) -> ProduceResponse:

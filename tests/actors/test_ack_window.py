@@ -1,6 +1,7 @@
 """The produce ack window as a pure machine: flush coalescing, acks=1 and acks=all under a
-local and a quorum commit, write.caching, failed flushes (with one out and more queued), the
-order of answers, and a seeded random run checked against what the window may never do.
+local and a quorum commit, min.insync.replicas above a majority, write.caching, failed flushes
+(with one out and more queued), the order of answers, and a seeded random run checked against
+what the window may never do.
 
 Waiters are strings here; a step is what the Partition would carry out."""
 
@@ -105,6 +106,63 @@ def test_only_a_quorum_window_takes_a_commit_and_never_past_its_log() -> None:
     w.appended(4, "a")
     with pytest.raises(AssertionError):
         w.committed(6)
+
+
+# min.insync.replicas above a majority (QUORUM) -------------------------------------------------
+
+
+def test_acks_all_waits_for_min_insync_replicas_while_the_watermark_moves_with_the_commit(
+) -> None:
+    w = window(commit_source=CommitSource.QUORUM)
+    assert w.insync(0) == Step()  # 3 of 3 asked, none flushed yet
+    w.appended(4, "one", LEADER)
+    w.appended(9, "all", ALL)
+    assert flush(w) == Step(acked=("one",))  # acks=1: the leader's flush, as before
+    assert w.committed(10) == Step(high_watermark=10)  # a majority: readable, not answered
+    assert w.insync(5) == Step()
+    assert w.insync(10) == Step(acked=("all",))  # the third replica flushed it
+    assert w.high_watermark == 10
+
+
+def test_min_insync_replicas_ahead_of_the_commit_still_waits_for_the_commit() -> None:
+    # Raft commits only entries of its own term: every replica may have an earlier term's.
+    w = window(commit_source=CommitSource.QUORUM)
+    w.appended(9, "all", ALL)
+    flush(w)
+    assert w.insync(10) == Step()
+    assert w.committed(10) == Step(acked=("all",), high_watermark=10)
+
+
+def test_insync_may_move_back_and_none_asks_only_the_commit_again() -> None:
+    w = window(commit_source=CommitSource.QUORUM)
+    w.appended(9, "a", ALL)
+    w.appended(19, "b", ALL)
+    flush(w)
+    w.insync(20)
+    assert w.insync(0) == Step()  # a new leader that has heard from nobody yet
+    assert w.committed(20) == Step(high_watermark=20)
+    assert w.insync(10) == Step(acked=("a",))
+    assert w.insync(None) == Step(acked=("b",))  # min.insync.replicas lowered to a majority
+
+
+def test_only_a_quorum_window_takes_an_insync_offset() -> None:
+    with pytest.raises(AssertionError):
+        window().insync(3)
+    assert window().insync(None) == Step()
+
+
+def test_fail_acks_takes_only_that_level_s_waiters_in_order() -> None:
+    w = window(commit_source=CommitSource.QUORUM)
+    w.insync(0)
+    w.appended(4, "all-1", ALL)
+    w.appended(9, "one", LEADER)
+    w.appended(14, "all-2", ALL)
+    w.wait(4, "dup-of-all-1", ALL)
+    w.committed(5)  # a majority has the first: min.insync.replicas not yet
+    assert w.fail_acks(ALL) == ("all-1", "dup-of-all-1", "all-2")
+    assert w.waiting == 1
+    assert flush(w) == Step(acked=("one",))
+    assert w.insync(15) == Step()  # nothing left to answer
 
 
 # write.caching --------------------------------------------------------------------------------
@@ -233,6 +291,7 @@ def test_random_runs_answer_each_produce_once_and_never_before_its_rule(
     pending: dict[int, int] = {}  # waiter -> the end offset it needs
     serial = 0
     quorum_flushed = 0  # what "the other replicas" have: never past what was written
+    insync: int | None = None  # what min.insync.replicas replicas have (None: not asked)
     high_watermark = 0
 
     def carry_out(step: Step[tuple[int, Acks, int]], committed: int | None = None) -> None:
@@ -252,7 +311,8 @@ def test_random_runs_answer_each_produce_once_and_never_before_its_rule(
             del pending[n]
             answered[n] = "acked"
             local = w.written_offset if w.write_caching else w.flushed_offset
-            assert end <= (w.high_watermark if acks is ALL else max(local, w.high_watermark))
+            acks_all = w.high_watermark if insync is None else min(w.high_watermark, insync)
+            assert end <= (acks_all if acks is ALL else max(local, w.high_watermark))
         for n, _, end in step.failed:
             assert n not in answered
             del pending[n]
@@ -285,7 +345,15 @@ def test_random_runs_answer_each_produce_once_and_never_before_its_rule(
         elif event < 0.9 and source is CommitSource.QUORUM:
             quorum_flushed = rng.randrange(quorum_flushed, w.written_offset + 1)
             carry_out(w.committed(quorum_flushed), quorum_flushed)
-        elif event < 0.95:
+        elif event < 0.93 and source is CommitSource.QUORUM:
+            insync = rng.choice([None, rng.randrange(w.written_offset + 1)])
+            carry_out(w.insync(insync))
+        elif event < 0.94 and source is CommitSource.QUORUM:
+            for n, acks, _ in w.fail_acks(ALL):
+                assert n not in answered and acks is ALL
+                del pending[n]
+                answered[n] = "not enough replicas"
+        elif event < 0.96:
             carry_out(w.set_write_caching(not w.write_caching))
         assert w.flushed_offset <= w.written_offset and w.high_watermark <= w.written_offset
     for n, _, _ in w.fail_all():

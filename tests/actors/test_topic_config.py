@@ -216,6 +216,15 @@ def test_offsets_topic_stays_compact() -> None:
         check_offsets_topic({"cleanup.policy": "compact", "min.insync.replicas": "2"})
 
 
+def test_offsets_topic_takes_min_insync_replicas_up_to_a_majority_of_its_replicas() -> None:
+    compact = {"cleanup.policy": "compact"}
+    check_offsets_topic({**compact, "min.insync.replicas": "2"}, replication_factor=3)
+    check_offsets_topic({**compact, "min.insync.replicas": "3"}, replication_factor=5)
+    with pytest.raises(ConfigError, match="^min.insync.replicas: __consumer_offsets takes at "
+                                          "most 2, a majority of its 3 replica"):
+        check_offsets_topic({**compact, "min.insync.replicas": "3"}, replication_factor=3)
+
+
 def test_min_insync_replicas() -> None:
     assert min_insync_replicas({}) == 1
     assert min_insync_replicas({"min.insync.replicas": "2"}) == 2

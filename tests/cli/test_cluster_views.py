@@ -10,6 +10,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from shards import cluster_cli
 from shards.admin import (
@@ -17,6 +18,7 @@ from shards.admin import (
     controller_state,
     health_overview,
     partitions_overview,
+    render_metrics,
     replicated_partitions,
 )
 from shards.cluster_cli import cluster_overview, partition_rows
@@ -36,12 +38,14 @@ def snapshot(raft: list[list[Any]] | None = None, **extra: Any) -> dict[str, Any
 
 
 CONTROLLER = {"leader": 1, "term": 4, "nodes": [3, 1, 2]}
+# A replica: [topic, partition, role, leader, term, hwm, log end, followers (node: last offset
+# matched), quiesced, in-sync nodes (a leader's), replica nodes, min.insync.replicas].
 SHARD_0 = snapshot(
-    [["orders", 2, "follower", 1, 7, 90, 95, {}, True],
-     ["orders", 0, "leader", 2, 5, 100, 120, {1: 120, 3: 80}, False]],
+    [["orders", 2, "follower", 1, 7, 90, 95, {}, True, [], [1, 2, 3], 1],
+     ["orders", 0, "leader", 2, 5, 100, 120, {1: 119, 3: 80}, False, [2, 1], [2, 3, 1], 2]],
     controller=CONTROLLER, topics=[["orders", 3]],
 )  # fmt: skip
-SHARD_1 = snapshot([["orders", 1, "candidate", -1, 6, 40, 41, {}, False]])
+SHARD_1 = snapshot([["orders", 1, "candidate", -1, 6, 40, 41, {}, False, [], [3, 2, 1], 1]])
 
 
 # shards/admin.py ------------------------------------------------------------------------------
@@ -50,12 +54,14 @@ SHARD_1 = snapshot([["orders", 1, "candidate", -1, 6, 40, 41, {}, False]])
 def test_replicated_partitions_by_topic_and_partition_followers_by_name() -> None:
     assert replicated_partitions([SHARD_0, SHARD_1]) == [
         {"topic": "orders", "partition": 0, "shard": 0, "role": "leader", "leader": 2,
-         "term": 5, "high_watermark": 100, "log_end": 120, "followers": {"1": 120, "3": 80},
-         "quiesced": False},
+         "term": 5, "high_watermark": 100, "log_end": 120, "followers": {"1": 119, "3": 80},
+         "quiesced": False, "replicas": [2, 3, 1], "isr": [2, 1], "min_insync": 2},
         {"topic": "orders", "partition": 1, "shard": 1, "role": "candidate", "leader": -1,
-         "term": 6, "high_watermark": 40, "log_end": 41, "followers": {}, "quiesced": False},
+         "term": 6, "high_watermark": 40, "log_end": 41, "followers": {}, "quiesced": False,
+         "replicas": [3, 2, 1], "isr": [], "min_insync": 1},
         {"topic": "orders", "partition": 2, "shard": 0, "role": "follower", "leader": 1,
-         "term": 7, "high_watermark": 90, "log_end": 95, "followers": {}, "quiesced": True},
+         "term": 7, "high_watermark": 90, "log_end": 95, "followers": {}, "quiesced": True,
+         "replicas": [1, 2, 3], "isr": [], "min_insync": 1},
     ]  # fmt: skip
 
 
@@ -72,6 +78,44 @@ def test_controller_state_from_shard_0() -> None:
     overview = partitions_overview(NODE, [SHARD_0, SHARD_1])
     assert overview["controller"] == {"leader": 1, "term": 4, "nodes": [1, 2, 3]}
     assert [p["partition"] for p in overview["partitions"]] == [0, 1, 2]
+
+
+# What else a shard's snapshot says, for a scrape of every metric (shards/admin.py).
+SHARD_GAUGES = ("memory_in_flight", "memory_backlog", "memory_limit", "long_poll_watches",
+                "watch_subscriptions", "watch_subscriptions_served", "cross_shard_pending",
+                "arena_used", "arena_regions", "io_outstanding", "read_io_outstanding",
+                "snapshot_seconds", "disk_free_bytes", "connections_refused")
+
+
+def samples(text: bytes, name: str) -> dict[tuple[tuple[str, str], ...], float]:
+    """One metric family's samples from a scrape, by their labels."""
+    (family,) = [f for f in text_string_to_metric_families(text.decode()) if f.name == name]
+    return {tuple(sorted(s.labels.items())): s.value for s in family.samples}
+
+
+def test_replication_metrics_come_from_the_partitions_this_node_leads() -> None:
+    led = snapshot(
+        [["orders", 0, "leader", 2, 5, 100, 120, {1: 119, 3: 80}, False, [2, 1], [2, 3, 1], 3],
+         ["orders", 2, "leader", 2, 5, 9, 9, {1: 8, 3: 8}, False, [2, 3, 1], [2, 3, 1], 2],
+         ["orders", 1, "follower", 1, 7, 90, 95, {}, True, [], [1, 2, 3], 1]],
+        partitions=[["orders", 0, 100, 0], ["orders", 2, 9, 0], ["lone", 0, 4, 0]])
+    public = render_metrics(NODE, [led, SHARD_1], public=True)
+    assert samples(public, "redpanda_kafka_under_replicated_replicas") == {
+        (("redpanda_namespace", "kafka"), ("redpanda_partition", "0"),
+         ("redpanda_topic", "orders")): 1.0,  # node 3 out
+        (("redpanda_namespace", "kafka"), ("redpanda_partition", "2"),
+         ("redpanda_topic", "orders")): 0.0,
+        (("redpanda_namespace", "kafka"), ("redpanda_partition", "0"),
+         ("redpanda_topic", "lone")): 0.0,  # one replica (no Raft entry): none to miss
+    }  # fmt: skip
+    counted = dict.fromkeys(SHARD_GAUGES, 0)
+    gauges = render_metrics(NODE, [{**led, **counted}, {**snapshot([]), **counted}],
+                            public=False)
+    assert samples(gauges, "krill_under_replicated_partitions") == {
+        (("shard", "0"),): 1.0, (("shard", "1"),): 0.0}
+    assert samples(gauges, "krill_under_min_isr_partitions") == {
+        (("shard", "0"),): 1.0, (("shard", "1"),): 0.0}  # orders-0: 2 in sync of 3 asked
+    assert samples(gauges, "krill_out_of_sync_replicas") == {(("node", "3"),): 1.0}
 
 
 def test_health_of_a_node_of_its_own_is_unchanged() -> None:
@@ -93,6 +137,9 @@ def test_health_of_a_node_in_a_cluster_names_the_controller_and_leadership() -> 
     # this node's to call leaderless.
     assert overview["leaderless_partitions"] == [{"topic": "orders", "partition": 1}]
     assert overview["leaderless_count"] == 1
+    # orders-0, led here, has node 3 out of its in-sync replicas.
+    assert overview["under_replicated_partitions"] == [{"topic": "orders", "partition": 0}]
+    assert overview["under_replicated_count"] == 1
     assert overview["is_healthy"] is False
     assert overview["leaders_count"] == 1
     assert overview["leadership"][0] == {"topic": "orders", "partition": 0, "role": "leader",
@@ -100,10 +147,11 @@ def test_health_of_a_node_in_a_cluster_names_the_controller_and_leadership() -> 
 
 
 def test_health_in_a_cluster_without_a_controller_leader_is_unhealthy() -> None:
-    led = snapshot([["orders", 0, "leader", 2, 5, 1, 1, {}, False]],
-                   controller={"leader": -1, "term": 9, "nodes": [1, 2, 3]})
+    led = snapshot([["orders", 0, "leader", 2, 5, 1, 1, {1: 0, 3: 0}, False, [2, 3, 1],
+                     [2, 3, 1], 1]], controller={"leader": -1, "term": 9, "nodes": [1, 2, 3]})
     overview = health_overview(NODE, [led, snapshot([])])
     assert overview["controller_id"] == -1 and overview["leaderless_count"] == 0
+    assert overview["under_replicated_count"] == 0
     assert overview["is_healthy"] is False
     led["controller"] = {"leader": 3, "term": 9, "nodes": [1, 2, 3]}
     assert health_overview(NODE, [led, snapshot([])])["is_healthy"] is True
@@ -166,6 +214,11 @@ def test_a_healthy_cluster() -> None:
         (EVERY_NODE, [], {**ALL_IN_SYNC, 0: (1, [1, 2, 3], [1, 2])}, 1,
          {"under_replicated_count": 1,
           "under_replicated_partitions": [{"topic": "orders", "partition": 0}]}),
+        # A leader's own overview says so, before Metadata here has heard.
+        ([node_overview(2, under_replicated_partitions=[{"topic": "orders", "partition": 1}]),
+          *EVERY_NODE[:1], *EVERY_NODE[2:]], [], ALL_IN_SYNC, 1,
+         {"under_replicated_count": 1,
+          "under_replicated_partitions": [{"topic": "orders", "partition": 1}]}),
         # No controller.
         (EVERY_NODE, [], ALL_IN_SYNC, -1, {"controller_id": -1}),
     ],
@@ -201,13 +254,15 @@ def test_health_text_of_a_cluster() -> None:
 
 
 def test_partition_rows_with_lag_from_the_leader() -> None:
+    # A follower's match is its last offset, the leader's log end the next one: caught up,
+    # they differ by one and the lag is 0.
     answers = [
         {"partitions": [{"topic": "orders", "partition": 0, "role": "leader", "term": 5,
-                         "log_end": 120, "followers": {"2": 120, "3": 80}}]},
+                         "log_end": 120, "followers": {"2": 119, "3": 80}}]},
         {"partitions": [{"topic": "orders", "partition": 0, "role": "follower", "term": 5,
                          "log_end": 120, "followers": {}},
                         {"topic": "orders", "partition": 1, "role": "leader", "term": 4,
-                         "log_end": 60, "followers": {"1": 60, "3": 55}}]},
+                         "log_end": 60, "followers": {"1": 59, "3": 54}}]},
         # A deposed leader of an older term that has not heard of the new one yet.
         {"partitions": [{"topic": "orders", "partition": 1, "role": "leader", "term": 3,
                          "log_end": 50, "followers": {"1": 0, "2": 0}}]},
@@ -215,7 +270,7 @@ def test_partition_rows_with_lag_from_the_leader() -> None:
     rows = partition_rows(metadata(ALL_IN_SYNC), answers)
     assert rows == [
         {"topic": "orders", "partition": 0, "leader": 1, "replicas": [1, 2, 3],
-         "isr": [1, 2, 3], "lag": {"2": 0, "3": 40}},
+         "isr": [1, 2, 3], "lag": {"2": 0, "3": 39}},
         {"topic": "orders", "partition": 1, "leader": 2, "replicas": [2, 3, 1],
          "isr": [2, 3, 1], "lag": {"1": 0, "3": 5}},
     ]  # fmt: skip
