@@ -20,7 +20,8 @@ node j, the port of the i -> j proxy (scenarios/link_proxy.py) and its own real 
 every byte of node RPC crosses a proxy the nemesis can cut or delay. The processes start
 together and are waited for together: a node of a cluster may be ready only once its peers
 are up. `leader_of` asks each node that is up (not killed or stopped) for a partition's
-leader, alone (a client bootstrapped from it), and takes the answer most of them give.
+leader, alone (a client bootstrapped from it), and takes the answer most of them give. A node
+whose process ends while nothing killed or stopped it (`exited_by_itself`) fails the run.
 """
 
 from __future__ import annotations
@@ -130,6 +131,7 @@ class Node:
         self.process: subprocess.Popen[bytes] | None = None
         self.holder: subprocess.Popen[bytes] | None = None
         self.stopped: set[int] = set()  # pids under SIGSTOP
+        self.ending = False  # the runner killed or stopped it: its exit is no failure
         if disk_size is not None:
             self._mount(disk_size)
 
@@ -174,6 +176,7 @@ class Node:
             cwd=REPO, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         log.close()
         self.stopped.clear()
+        self.ending = False
 
     def wait_ready(self) -> None:
         assert self.process is not None
@@ -212,6 +215,22 @@ class Node:
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
 
+    def exited_by_itself(self) -> str | None:
+        """How the node's process ended, if it did and the runner neither killed nor stopped
+        it (a shard that died takes its node down): its exit and the supervisor's reason."""
+        if self.process is None or self.ending:
+            return None
+        code = self.process.poll()
+        if code is None:
+            return None
+        how = f"killed by signal {-code}" if code < 0 else f"exit code {code}"
+        try:
+            lines = self.log_path.read_text(errors="replace").splitlines()
+        except FileNotFoundError:
+            lines = []
+        said = [line for line in lines if "krill.supervisor" in line and " ERROR " in line]
+        return f"{how}: {said[-1] if said else self.last_log_line()}"
+
     def up(self) -> bool:
         """Running and not stopped (a node with a stopped shard may not answer)."""
         return self.alive() and not self.stopped
@@ -238,6 +257,7 @@ class Node:
     def kill(self, target: str) -> None:
         """kill -9: the whole node (its process group) or one shard process (after which the
         supervisor stops the node, as a crashed reactor stops Redpanda)."""
+        self.ending = True
         if target == "node":
             self._signal_group(signal.SIGKILL)
             self.wait_gone()
@@ -283,6 +303,7 @@ class Node:
         """SIGTERM (after SIGCONT of anything stopped), then SIGKILL of the group."""
         if self.process is None:
             return
+        self.ending = True
         self.resume()
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)

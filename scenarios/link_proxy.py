@@ -6,7 +6,7 @@ port there: a `LinkProxy` listens on `shards` consecutive ports P..P+shards-1 an
 port P+k to B's rpc_port + k, where B's shard k listens. ZeroMQ carries node RPC one way per
 connection (A's shard sends on its own PUSH connection to B; B answers on B's own connection
 to A, through the B -> A proxy), so this proxy carries A's messages and, backwards, only the
-ZMTP handshake and heartbeat replies on A's connections.
+ZMTP handshake on A's connections (node RPC has no heartbeats: shards/node_mesh.py).
 
 Modes, set from any thread while connections stay up:
 
@@ -16,8 +16,9 @@ Modes, set from any thread while connections stay up:
 - `cut()`: a black hole, as a real partition is one. Both byte directions of every
   connection stop: nothing is read, nothing written, nothing dropped (TCP would retransmit
   what a partition loses, so what waited in the proxy goes on after `heal()`, in order). A
-  new connection is accepted but neither read nor connected onward until then. ZeroMQ's
-  heartbeats time out and ZeroMQ drops the connection itself, as it would on a partition.
+  new connection is accepted but neither read nor connected onward until then. Connections
+  stay up through a cut while the buffers take what is sent (this side's kernel acknowledges
+  it), where a real partition ends one whose bytes go unacknowledged for TCP's user timeout.
 
 One-way loss between A and B is cutting the A -> B proxy while the B -> A proxy passes.
 

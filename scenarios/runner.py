@@ -15,7 +15,8 @@
    reads every partition's end offset, and the consumers read up to it (bounded), so an
    acknowledged write nobody read is a lost write, not a slow consumer.
 5. The history (`history.jsonl`) is checked (scenarios/checker.py) and the report written:
-   `report.json`, `timeline.png`, and a verdict table on stdout.
+   `report.json`, `timeline.png`, and a verdict table on stdout. A node that exited by itself
+   at any time (no step killed or stopped it) is one of the run's errors: it fails the run.
 
 The nemesis only ever acts through what a user or an operator has: signals to processes,
 the admin API's failure probes, a filesystem of a given size, Kafka admin requests, and the
@@ -161,6 +162,7 @@ class Run:
         self.link_pairs: dict[int, set[tuple[int, int]]] = {}  # link step -> its links
         self.doing = -1  # the index of the step being done
         self.links: dict[str, dict[str, int]] = {}  # each link proxy's counters, at the end
+        self.exits_seen: set[int] = set()  # pids of nodes found exited by themselves
 
     @property
     def nodes(self) -> list[Node]:
@@ -611,6 +613,7 @@ class Run:
                     total_s -= w.warmup_s
                     nemesis.start()
                 self._backlog_reached()
+                self.check_nodes()
                 self._show(progress, total_s)
         finally:
             stop.set()
@@ -618,6 +621,18 @@ class Run:
                 nemesis.join(timeout=limits.node_start_timeout_s)
             self.undo_all()
         self.finish()
+        self.check_nodes()
+
+    def check_nodes(self) -> None:
+        """A node that exited while nothing killed or stopped it (a shard that died takes its
+        node down) is a failed run, whatever the clients saw: one error per process."""
+        for node in self.nodes:
+            how = node.exited_by_itself()
+            if how is None or node.process is None or node.process.pid in self.exits_seen:
+                continue
+            self.exits_seen.add(node.process.pid)
+            self.errors.append(f"node {node.node_id} exited by itself, seen at "
+                               f"{self.elapsed_s():.1f}s ({how})")
 
     def _backlog_reached(self) -> None:
         w = self.s.workload

@@ -19,11 +19,11 @@ The sections (every field is documented in scenarios/README.md):
   and its `producerConfig` / `consumerConfig`. A bare OMB workload file (its fields at the top
   level) runs unchanged: it is read as the `workload` of a one-node cluster.
 - `steps`: faults on a timeline (`at: 10s`, or `at: 5s..20s`, drawn from the seed) or after
-  a condition (`after: {acked: 10000}`), each undone `for:` a time later, by a later
-  `undo:` step, or at the end. A step addresses a node by number (`node 2`, `{node: 2}`) or
-  by role, found when the step runs: `leader of orders-0` (the leader of partition 0 of
-  `orders`). `link: cut | delay | loss | heal` with `from`, `to` (and `ms` for a delay)
-  changes the links between nodes.
+  a condition (`after: {acked: 10000}`), each undone `for:` a time later (`for: 4s..9s`:
+  drawn from the seed), by a later `undo:` step, or at the end. A step addresses a node by
+  number (`node 2`, `{node: 2}`) or by role, found when the step runs: `leader of orders-0`
+  (the leader of partition 0 of `orders`). `link: cut | delay | loss | heal` with `from`,
+  `to` (and `ms` for a delay) changes the links between nodes.
 - `checks`: the anomalies that may not occur and the bounds of scenarios/checker.py.
 """
 
@@ -117,7 +117,7 @@ _STEP = {
         "name": {"type": "string"},
         "at": {"oneOf": [_duration, {"type": "string", "pattern": _RANGE}]},
         "after": _action({"acked": _count, "previous": _duration, "recovered": {"const": True}}),
-        "for": _duration,
+        "for": {"oneOf": [_duration, {"type": "string", "pattern": _RANGE}]},
         "undo": {"type": ["integer", "string"]},
         **_ACTION_SCHEMAS,
         **_LINK_KEYS,
@@ -285,7 +285,7 @@ class Step:
     arg: Any  # the action's value as written (target string or mapping)
     at_s: float | None = None  # seconds after the workload's start (drawn for a range)
     after: dict[str, Any] | None = None
-    for_s: float | None = None
+    for_s: float | None = None  # drawn for a range
     undo: int | None = None  # the index of the step this one undoes
 
 
@@ -509,24 +509,30 @@ def _steps(raw: list[dict[str, Any]], mode: str, rng: random.Random, duration_s:
             after["previous"] = _seconds(after["previous"]) * scale
         steps.append(Step(index=i, name=name, action=action, arg=arg,
                           at_s=None if at_s is None else round(at_s * scale, 3), after=after,
-                          for_s=_seconds(s["for"]) * scale if "for" in s else None, undo=undo))
+                          for_s=_drawn(s, "for", i, rng) * scale if "for" in s else None,
+                          undo=undo))
     return steps
 
 
 def _at(s: dict[str, Any], i: int, rng: random.Random, duration_s: float) -> float | None:
     if "at" not in s:
         return None
-    if isinstance(s["at"], str) and ".." in s["at"]:
-        low, high = (_seconds(x) for x in s["at"].split(".."))
-        if high < low:
-            raise _FieldError(["steps", i, "at"], "a range runs from low to high")
-        at_s = round(rng.uniform(low, high), 3)
-    else:
-        at_s = _seconds(s["at"])
+    at_s = _drawn(s, "at", i, rng)
     if at_s > duration_s:
         raise _FieldError(["steps", i, "at"],
                           f"{at_s:g}s is past the workload's end ({duration_s:g}s)")
     return at_s
+
+
+def _drawn(s: dict[str, Any], key: str, i: int, rng: random.Random) -> float:
+    """Step `i`'s `at` or `for` in seconds: a duration, or a range (`4s..9s`) drawn from the
+    seed."""
+    if isinstance(s[key], str) and ".." in s[key]:
+        low, high = (_seconds(x) for x in s[key].split(".."))
+        if high < low:
+            raise _FieldError(["steps", i, key], "a range runs from low to high")
+        return round(rng.uniform(low, high), 3)
+    return _seconds(s[key])
 
 
 def _undone_action(action: str, s: dict[str, Any]) -> bool:

@@ -119,11 +119,18 @@ node_rpc_reconnect_interval_max_s = 0.5
 # A TCP connect that has not completed in this long is abandoned and retried (a host that
 # drops SYNs would otherwise hold it for the kernel's ~2 minutes).
 node_rpc_connect_timeout_s = 2.0
-# ZMTP heartbeats on every node RPC connection: a PING this often, and a connection that has
-# heard nothing for the timeout is closed and reconnected (a half-open TCP connection to a
-# crashed host would otherwise look alive until its retransmissions give up, ~15 minutes).
-node_rpc_heartbeat_interval_s = 1.0
-node_rpc_heartbeat_timeout_s = 3.0
+# A dead peer is found by the kernel, not by ZMTP heartbeats (which make libzmq 4.3.5 abort
+# a shard resumed after a pause: shards/node_mesh.py says why). TCP_USER_TIMEOUT
+# (ZMQ_TCP_MAXRT): a connection whose sent bytes have gone unacknowledged this long is closed
+# and reconnected, where a half-open connection to a crashed host would otherwise wait for
+# its retransmissions to give up (~15 minutes). The heartbeats' old timeout.
+node_rpc_tcp_user_timeout_s = 3.0
+# TCP keepalive on every node RPC connection, for one with nothing unacknowledged (a PULL
+# end sends nothing; an idle PUSH): probed after this long idle, then every interval (whole
+# seconds); the user timeout above, not a probe count, closes it once the probes go
+# unanswered that long (tcp(7)). A paused peer's kernel still answers them.
+node_rpc_keepalive_idle_s = 1
+node_rpc_keepalive_interval_s = 1
 # One log line per this many refused sends, and per this many unreadable messages, from one
 # peer node (the first one included).
 node_rpc_log_every = 1000

@@ -31,10 +31,30 @@ both full is refused: `send` says False (the Router answers that message's calls
 and the peer is reported through `on_unreachable(address)`, once per peer per loop turn, on
 the next turn (the report may make Raft send, and the Router may be mid-flush). A dead peer
 thus holds at most its high-water mark and its backlog, never an unbounded queue. ZeroMQ
-reconnects by itself (backing off to `node_rpc_reconnect_interval_max_s`), ZMTP heartbeats
-close a connection that has gone silent, and what waited in the pipe goes out when the peer
-is back; messages lost with a connection are the Router's expiry's to answer. Heartbeats are
-answered by ZeroMQ's I/O thread, so a peer whose loop is busy is slow, not dead.
+reconnects by itself (backing off to `node_rpc_reconnect_interval_max_s`), and what waited in
+the pipe goes out when the peer is back; messages lost with a connection are the Router's
+expiry's to answer, and Raft has its own liveness (heartbeats, check-quorum).
+
+Dead peers. The kernel closes a connection whose bytes go unacknowledged for
+`node_rpc_tcp_user_timeout_s` (TCP_USER_TIMEOUT, ZMQ_TCP_MAXRT) and probes an idle one
+(TCP keepalive), so a half-open connection to a crashed host is dropped and reconnected in
+seconds. A paused or busy peer's kernel still answers; only once its buffers have been full
+for that long is the connection closed, which costs what was in flight (the Router's expiry
+answers it), never the node. There are no ZMTP heartbeats (ZMQ_HEARTBEAT_*), and no node may
+turn them on: with them libzmq 4.3.5 (the newest release; its master is the same) aborts a
+shard resumed after a pause (issue #26). A peer's heartbeat timeout closed its connection to
+a shard stopped for more than 3 s while the stopped side's kernel still held the peer's last
+messages, PINGs among them. At SIGCONT the stopped shard's I/O thread read that backlog until
+the PULL socket's queue was full (the engine's `_input_stopped`); the reset of the closed
+connection (its answer to the resumed side's own PING) made `in_event_internal` mark the
+engine failed (`_io_error = true`, src/stream_engine_base.cpp:247-250), to be torn down once
+the shard had read its queue. The shard read it, `restart_input` (:394) decoded the bytes
+left in the engine's buffer, one of them a PING, and `zmtp_engine_t::process_heartbeat_message`
+wrote the PONG at once through `out_event` (src/zmtp_engine.cpp:527), which asserts
+`!_io_error` (src/stream_engine_base.cpp:310): abort. The heartbeat timer calls `out_event`
+the same way (:737). Every other `out_event` call is guarded (`restart_output` returns on
+`_io_error`; the poller skips the descriptor `in_event_internal` removed), and a kernel
+timeout is a read error, which the engine turns into a reconnect, never into a write.
 
 Loop. As the pipes: every socket's edge-triggered `zmq.FD` is watched with `loop.add_reader`
 on the shard's one loop thread, a read asks `EVENTS & POLLIN` first and stops after a turn's
@@ -140,8 +160,11 @@ def _tune(socket: zmq.Socket[Any], host: str) -> None:
     socket.setsockopt(zmq.RECONNECT_IVL, int(limits.node_rpc_reconnect_interval_s * 1000))
     socket.setsockopt(zmq.RECONNECT_IVL_MAX, int(limits.node_rpc_reconnect_interval_max_s * 1000))
     socket.setsockopt(zmq.CONNECT_TIMEOUT, int(limits.node_rpc_connect_timeout_s * 1000))
-    socket.setsockopt(zmq.HEARTBEAT_IVL, int(limits.node_rpc_heartbeat_interval_s * 1000))
-    socket.setsockopt(zmq.HEARTBEAT_TIMEOUT, int(limits.node_rpc_heartbeat_timeout_s * 1000))
+    # No ZMQ_HEARTBEAT_*: the kernel finds a dead peer (the module docstring says why).
+    socket.setsockopt(zmq.TCP_MAXRT, int(limits.node_rpc_tcp_user_timeout_s * 1000))
+    socket.setsockopt(zmq.TCP_KEEPALIVE, 1)
+    socket.setsockopt(zmq.TCP_KEEPALIVE_IDLE, limits.node_rpc_keepalive_idle_s)
+    socket.setsockopt(zmq.TCP_KEEPALIVE_INTVL, limits.node_rpc_keepalive_interval_s)
     if ":" in host:
         socket.setsockopt(zmq.IPV6, 1)
 

@@ -34,13 +34,15 @@ SCENARIOS = {
     "cluster-sigstop-leader.yaml": True,
     "cluster-link-loss-leader.yaml": True,
     "cluster-delayed-link.yaml": False,  # 200 ms is under the election timeout
+    "cluster-pauses.yaml": False,  # 24 pauses of random nodes and shards, not of a leader
 }
 
 
 # Run here (a minute: three nodes, five client processes); the others are run by `make bench`
 # (case scenario_library), and what they do is covered here too: kill -9, SIGSTOP and SIGTERM
 # of a leader under three clients in tests/integration/test_cluster*.py, a slow link by the
-# link proxy's own tests.
+# link proxy's own tests, and pauses of nodes again and again in
+# tests/integration/test_cluster_pauses.py.
 IN_MAKE_TEST = ("cluster-link-loss-leader.yaml",)
 
 

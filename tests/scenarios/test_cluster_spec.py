@@ -4,6 +4,7 @@ each node is given (a proxy per ordered pair), and the report of what a step hit
 
 from __future__ import annotations
 
+import subprocess
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -229,3 +230,24 @@ def test_spread_consumers_bootstrap_each_subscription_from_one_node(made: Any) -
     run, _ = made(CLUSTER)
     assert run._consumer_processes(["sub-0", "sub-1"]) == [
         ("consumers", run.bootstrap(), ["sub-0", "sub-1"])]
+
+
+def test_a_node_that_exits_by_itself_fails_the_run_once_and_a_killed_one_does_not(
+        made: Any) -> None:
+    run, cluster = made(steps("  - {at: 1s, kill: node 2, for: 3s}\n"))
+    # Stand-ins for the nodes' supervisors: node 1's stops the node as after a shard's abort.
+    cluster.nodes[1].log_path.write_text(
+        "2026-01-01 00:00:00,000 ERROR krill.supervisor: shard 1 (pid 7) was killed by signal "
+        "6; stopping the node\n2026-01-01 00:00:00,100 INFO shard0 x: stopped\n")
+    for i, node in cluster.nodes.items():
+        command = ["sh", "-c", "exit 1"] if i == 1 else ["sleep", "60"]
+        node.process = subprocess.Popen(command, start_new_session=True)
+    cluster.nodes[1].process.wait()
+    run.do(run.s.steps[0])  # kill -9 of node 2: its exit is the step's (not undone here)
+    run.check_nodes()
+    run.check_nodes()
+    [error] = run.errors  # once, though looked at twice
+    assert error.startswith("node 1 exited by itself, seen at ")
+    assert error.endswith("(exit code 1: 2026-01-01 00:00:00,000 ERROR krill.supervisor: shard 1 "
+                          "(pid 7) was killed by signal 6; stopping the node)")
+    assert not cluster.nodes[2].alive() and cluster.nodes[3].alive()

@@ -74,6 +74,17 @@ def test_a_range_is_drawn_from_the_seed_and_the_duration_scales_the_timeline() -
     assert short.steps[0].for_s == pytest.approx(1.0)
 
 
+def test_a_for_range_is_drawn_per_step_from_the_seed() -> None:
+    text = ("workload: {producerRate: 10, testDurationSeconds: 60}\nsteps:\n"
+            + "  - after: {previous: 10s}\n    stop: node 0\n    for: 4s..9s\n" * 12)
+    lengths = [step.for_s for step in parse(text, seed=3).steps]
+    assert len(set(lengths)) > 6 and all(4 <= t <= 9 for t in lengths)  # type: ignore[operator]
+    assert lengths == [step.for_s for step in parse(text, seed=3).steps]
+    assert lengths != [step.for_s for step in parse(text, seed=4).steps]
+    backwards = ("workload: {producerRate: 10}\n"
+                 "steps:\n  - at: 1s\n    stop: node 0\n    for: 9s..4s\n")
+    assert "steps[0].for: a range runs from low to high" in error_of(backwards)
+
 def test_an_omb_workload_file_runs_unchanged() -> None:
     scenario = load(LIBRARY / "omb-1-topic-100-partitions-1kb.yaml")
     assert scenario.nodes == 1 and scenario.workload.partitions_per_topic == 100
