@@ -3,7 +3,10 @@ machine costs per replicated batch.
 
 - `raft_seeds(args)`: tests/raft/sim.py over consecutive seeds (`--quick`: 300, else 3000):
   seeds per wall second, the seeds that failed (replay one with `python -m tests.raft.sim
-  SEED`), and what the runs did (elections, acknowledged offsets, crashes, calm ticks).
+  SEED`), and what the runs did: chaos steps, the faults by kind summed over the seeds
+  (kill -9s, power losses and what they kept, recovery syncs, cuts, retention, partitions,
+  topics deleted and created again, messages dropped for another incarnation, refused
+  writes, ...), elections, acknowledged offsets, crashes, calm ticks.
 - Within it, `steady`: three machines in one process, leader proposing one-record batches,
   every Ready handled at once and every write synced at once (no bytes, no model log): the
   machine calls per second (step, propose, flushed, ready, advance, has_ready) and the
@@ -16,6 +19,7 @@ machine costs per replicated batch.
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import random
 import statistics
@@ -35,20 +39,26 @@ def raft_seeds(args: argparse.Namespace) -> dict[str, Any]:
     count = SEEDS_QUICK if args.quick else SEEDS_FULL
     failed: list[dict[str, Any]] = []
     results = []
+    faults: collections.Counter[str] = collections.Counter()
     started = time.perf_counter()
     for seed in range(count):
         try:
             results.append(sim.run(seed))
         except sim.SimFailure as e:
             failed.append({"seed": seed, "error": str(e)[:300]})
+        else:
+            faults.update(results[-1].faults)
     wall = time.perf_counter() - started
     batches = STEADY_BATCHES // 5 if args.quick else STEADY_BATCHES
     return {
-        "case": "raft_seeds", "seeds": count, "chaos_steps_per_seed": sim.CHAOS_STEPS,
+        "case": "raft_seeds", "seeds": count, "seed_range": [0, count - 1],
+        "chaos_steps_per_seed": sim.CHAOS_STEPS,
         "wall_s": round(wall, 1), "seeds_per_s": round(count / wall, 1),
-        "failed_seeds": failed,
+        "failed_seeds": failed, "failures": len(failed),
+        "steps": sum(r.steps for r in results),
+        "faults": dict(sorted(faults.items())),
         "elections_per_seed_median": _median(r.leaders for r in results),
-        "acked_offset_per_seed_median": _median(r.acked_offset for r in results),
+        "acked_offsets_per_seed_median": _median(r.acked_offsets for r in results),
         "crashes_per_seed_median": _median(r.crashes for r in results),
         "calm_ticks_max": max((r.calm_ticks for r in results), default=None),
         "steady": [steady(batches, per_turn=1), steady(batches, per_turn=16)],

@@ -2,24 +2,41 @@
 
 One seed decides everything: the cluster's size and settings, and each step of a chaos phase
 (deliver a random message in flight, so in any order, or drop it, or deliver it twice;
-handle a Ready; begin or complete a sync; tick (with quiescence in half the seeds: a host
-that wakes quiet machines which lost touch); propose; cut links or heal them; crash a
-node, losing what it had not synced, and restart it (sometimes with the term before its
-log start forgotten); move a log start; transfer the lead; in a third of the seeds, a
-failing disk that refuses a Ready's appends now and then).
-Then a calm phase (links healed, nodes restarted, nothing lost) in which a leader must be
-elected and commit a proposal, and every node learn it, within a bounded number of ticks.
+handle a Ready; begin a sync, or complete one, or complete a cut; tick (with quiescence in
+half the seeds: a host that wakes quiet machines which lost touch); propose; cut links or
+heal them; crash a node and restart it; move a log start; transfer the lead; in a third of
+the seeds, a failing disk that refuses a Ready's appends now and then; in about half of the
+rest, the topic deleted and created again).
+Then a calm phase (links healed, nodes restarted, every node on the topic's last
+incarnation, nothing lost) in which a leader must be elected and commit a proposal, and
+every node learn it and apply it, within a bounded number of ticks.
 
-What is checked (`Checker`), after the step that could break it:
+The faults, as Krill meets them:
 
-- election safety: one leader per term;
-- log matching: a batch (offset, term) is created once, and wherever it is found it is the
-  same batch after the same predecessor (so the same (offset, term) means the same prefix);
-- acknowledged (committed) entries: the first leader to commit an offset fixes its batch;
-  any node's commit agrees with it; a new leader holds every acknowledged batch from its log
-  start; the acknowledged log is on a quorum of synced logs at all times; and a node's synced
-  log never loses an acknowledged batch it held (its coverage never goes down);
-- each machine's view of its log is the model log; terms and commits never go back.
+- A crash is a kill -9 or a power loss. A kill -9 keeps every write made (the page cache)
+  and loses the process: its machine, the writes waiting behind a cut, what a sync in
+  flight would have reported. A power loss keeps what was synced, and may keep a prefix of
+  what was written since (or a reset half made). After a kill -9 the node syncs what
+  recovery kept before its machine starts (the recovery sync, actors/partition.py); a power
+  loss may come first.
+- A truncation or a reset (a cut) is made at once, durable when its ticket completes; the
+  writes behind it wait for that, and no sync begins meanwhile (actors/replica.py).
+- Retention moves a node's log start (its leader's start then reaches the followers with
+  its appends: `AdvanceStart`); a log start is kept with the term before it, across
+  restarts (storage/log.py).
+- Delete and create again: the topic gets a new id (an incarnation: a new Raft group, empty
+  logs and hard states). Nodes take the new table when they can hear the others; a node
+  down or cut off meanwhile goes on running its replica of the old one, with its old log
+  and terms, until it does. Messages are routed by topic and id, and a node drops one for
+  another incarnation than its own (shards/shard.py `raft_receive`).
+- Every node applies its committed log with the cluster controller's apply loop
+  (cluster.Applier).
+
+What is checked: tests/raft/checker.py, one checker per incarnation; and, at the end of each
+calm stretch, that every node applied exactly its committed log.
+
+The knobs below the limits make the broken variants test_random.py proves the checker
+catches (each is what Krill did before an item of issue 26).
 
 `run(seed)` returns a `Result` (or raises `SimFailure` naming the seed); replay a failure
 with `python -m tests.raft.sim SEED`.
@@ -27,19 +44,31 @@ with `python -m tests.raft.sim SEED`.
 
 from __future__ import annotations
 
+import collections
 import itertools
 import random
 import sys
 from typing import Any, NamedTuple
 
-from actors.raft import Append, Message, Ready, Role
-from tests.raft.cluster import Batch, ModelLog, Node, make_config
+from actors.raft import Append, Message, Role
+from tests.raft.checker import Checker
+from tests.raft.cluster import Node, make_config
 
 CHAOS_STEPS = 10000  # random steps per seed before the calm phase
 CALM_TICKS_MAX = 300  # ticks of calm in which a leader must commit and every node learn it
 CALM_DELIVERY_ROUNDS_MAX = 5000  # message rounds per calm tick before it is called a livelock
-# A restart whose log lost the term of the entry before its start (it reads as 0): how often.
-P_FORGET_START_TERM = 0.2
+# Retention that removes everything committed (else up to a random batch), how often; and a
+# crash of the node right after a retention, how often (the window issue 26's item 5 was in).
+P_RETENTION_TO_COMMIT = 0.3
+P_CRASH_AFTER_RETENTION = 0.2
+
+# Broken variants (test_random.py): a restart that lost the term before its log start (a
+# log start moved by a version that did not keep it), how often; a kill -9 restart whose
+# machine takes what the page cache kept as synced (no recovery sync); messages routed by
+# topic name only, whatever the incarnation.
+P_START_TERM_LOST = 0.0
+RECOVERY_SYNC = True
+ROUTE_BY_TOPIC_ID = True
 
 
 class SimFailure(AssertionError):
@@ -50,110 +79,14 @@ class Result(NamedTuple):
     seed: int
     nodes: int
     steps: int
-    acked_offset: int  # the acknowledged log's end
-    leaders: int  # distinct terms with a leader
-    crashes: int
+    acked_offsets: int  # offsets acknowledged, all incarnations together
+    leaders: int  # distinct terms with a leader, all incarnations together
+    crashes: int  # kill -9s and power losses
     calm_ticks: int  # ticks the calm phase needed
     quiesced: int  # times a leader went quiet
     woken: int  # times the host woke a quiet machine that lost touch
     disk_errors: int  # Readies whose appends the disk refused
-
-
-class Checker:
-    """The safety properties (module docstring), fed by the simulation as things happen."""
-
-    def __init__(self, nodes: dict[Any, Node]) -> None:
-        self.nodes = nodes
-        self.quorum = len(nodes) // 2 + 1
-        self.leaders: dict[int, Any] = {}  # term -> the node that led it
-        self.registry: dict[tuple[int, int], tuple[Any, int, Any]] = {}
-        self.acked = ModelLog()  # the acknowledged log, from offset 0
-        self.acked_by_base: dict[int, Batch] = {}
-        self.coverage: dict[Any, int] = {i: -1 for i in nodes}
-        self.terms: dict[Any, int] = {i: 0 for i in nodes}
-
-    @property
-    def acked_last(self) -> int:
-        return self.acked.last_offset
-
-    def register(self, log: ModelLog, index: int) -> None:
-        """The batch at `index` of `log` was just written there."""
-        b = log.batches[index]
-        pred = ((log.batches[index - 1].base, log.batches[index - 1].term) if index
-                else ("start", log.start, log.prev_term))
-        seen = self.registry.setdefault((b.base, b.term), (b.ident, b.last, pred))
-        assert seen[:2] == (b.ident, b.last), f"two batches at ({b.base}, {b.term}): {b}, {seen}"
-        if index and not isinstance(seen[2][0], str) and not isinstance(pred[0], str):
-            assert seen[2] == pred, f"batch {b} after {pred}, elsewhere after {seen[2]}"
-
-    def ready(self, n: Node, rd: Ready, commit_before: int) -> None:
-        m = n.machine
-        assert m.term >= self.terms[n.id], (n.id, m.term, self.terms[n.id])
-        self.terms[n.id] = m.term
-        if rd.soft_state is not None and rd.soft_state.role == Role.Leader:
-            holder = self.leaders.setdefault(m.term, n.id)
-            assert holder == n.id, f"term {m.term}: leaders {holder} and {n.id}"
-            self._check_complete(n)
-        if rd.committed is not None:
-            assert rd.committed >= commit_before, (n.id, rd.committed, commit_before)
-            self._committed(n, commit_before, rd.committed)
-
-    def _check_complete(self, n: Node) -> None:
-        log = n.written
-        for b in self.acked.batches:
-            if b.base >= log.start:
-                assert log.batch_at(b.base) == b, f"leader {n.id} lacks acked {b}: {log.batches}"
-
-    def _committed(self, n: Node, before: int, commit: int) -> None:
-        log = n.written
-        first = max(before + 1, log.start)
-        if first > commit:
-            return
-        i = log.index_of(first)
-        grew = False
-        while i < len(log.batches) and log.batches[i].base <= commit:
-            b = log.batches[i]
-            assert b.last <= commit, f"commit {commit} inside batch {b}"
-            if b.base <= self.acked_last:
-                assert self.acked_by_base.get(b.base) == b, (
-                    f"node {n.id} commits {b}, acknowledged {self.acked_by_base.get(b.base)}")
-            else:
-                # Only a leader moves the commit first (it may have stepped down since, the
-                # Ready telling it comes after): one that led a term of this batch or later.
-                assert any(who == n.id and term >= b.term for term, who in self.leaders.items()), (
-                    f"node {n.id}, no leader since term {b.term}, commits {b} first")
-                self.acked.append(b)
-                self.acked_by_base[b.base] = b
-                grew = True
-            i += 1
-        if grew:
-            for i in self.nodes:
-                self.durable_changed(self.nodes[i])
-            self.check_quorum_durable()
-
-    def durable_changed(self, n: Node) -> None:
-        cov = self._coverage(n.durable)
-        assert cov >= self.coverage[n.id], (
-            f"node {n.id} lost acknowledged entries: covered {self.coverage[n.id]}, now {cov}")
-        self.coverage[n.id] = cov
-
-    def _coverage(self, log: ModelLog) -> int:
-        """How far `log` holds the acknowledged log (entries below its start count as held)."""
-        hi = min(log.last_offset, self.acked_last)
-        if hi < log.start:
-            return log.start - 1
-        i = log.index_of(hi)
-        while i >= 0:
-            b = log.batches[i]
-            if self.acked_by_base.get(b.base) == b:
-                return b.last
-            i -= 1
-        return log.start - 1
-
-    def check_quorum_durable(self) -> None:
-        held = sum(c >= self.acked_last for c in self.coverage.values())
-        assert held >= self.quorum, (
-            f"acknowledged up to {self.acked_last}, synced on {held} nodes: {self.coverage}")
+    faults: dict[str, int]  # by kind (Sim.faults)
 
 
 class Sim:
@@ -161,113 +94,181 @@ class Sim:
         self.seed = seed
         rng = self.rng = random.Random(seed)
         n = rng.choice((3, 3, 4, 5))
-        kw = dict(election_ticks=rng.choice((5, 10)), heartbeat_ticks=rng.choice((1, 2)),
-                  pre_vote=rng.random() < 0.8, check_quorum=rng.random() < 0.8,
-                  inflight_messages_max=rng.choice((1, 2, 8, 64)),
-                  append_bytes_max=rng.choice((300, 1000, 1 << 20)),
-                  quiesce=rng.random() < 0.5)
-        self.nodes: dict[Any, Node] = {i: Node(make_config(i, n, **kw), seed=rng.randrange(1 << 30),
-                              use_reader=rng.random() < 0.8) for i in range(1, n + 1)}
-        self.net: list[Message] = []
+        self.config = dict(election_ticks=rng.choice((5, 10)), heartbeat_ticks=rng.choice((1, 2)),
+                           pre_vote=rng.random() < 0.8, check_quorum=rng.random() < 0.8,
+                           inflight_messages_max=rng.choice((1, 2, 8, 64)),
+                           append_bytes_max=rng.choice((300, 1000, 1 << 20)),
+                           quiesce=rng.random() < 0.5)
+        self.ids = list(range(1, n + 1))
+        self.use_reader = {i: rng.random() < 0.8 for i in self.ids}
+        self.incarnation = 0  # the topic's id now, as the controller has it
+        self.checkers = {0: Checker(0, self.ids)}
+        self.nodes: dict[Any, Node] = {}  # each node's replica of the topic (its incarnation)
+        for i in self.ids:
+            self._new_replica(i)
+        self.net: list[tuple[int, Message]] = []  # (the sender's incarnation, message)
         self.cut: set[tuple[int, int]] = set()  # (sender, receiver) links that drop
-        self.checker = Checker(self.nodes)
+        self.recovering: set[Any] = set()  # down, the recovery sync out
         self.proposals = 0
-        self.crashes = 0
         self.quiesced = self.woken = 0
         self.steps = 0
+        self.faults: collections.Counter[str] = collections.Counter()
         self.p_drop = rng.choice((0.0, 0.05, 0.2))
         self.p_dup = rng.choice((0.0, 0.05))
-        # A failing disk in a third of the seeds: a Ready's appends refused now and then. Its
-        # own generator, so the seeds without one run as they did before it.
+        self.p_kill = rng.choice((0.25, 0.5, 0.75))  # a crash is a kill -9 (else a power loss)
+        # A failing disk in a third of the seeds: a Ready's appends refused now and then.
         self.disk = random.Random(f"disk errors {seed}")
         self.p_disk_error = self.disk.choice((0.0, 0.0, 0.03))
-        self.disk_errors = 0
-        # The step mix, some of it per seed: a slow disk keeps syncs in flight across
-        # truncations, a crashy node loses more of what it wrote.
+        # Delete and create again in a third of the seeds (not those with a failing disk).
+        recreate = 0.0 if self.p_disk_error else rng.choice((0.0, 0.0003, 0.0008))
+        # The step mix, some of it per seed: a slow disk keeps syncs and cuts in flight
+        # across truncations, a crashy node loses more of what it wrote.
         weighted = [
             (0.35, self._deliver_one), (0.20, self._ready_one), (0.08, self._flush_begin_one),
-            (rng.choice((0.02, 0.08)), self._flush_end_one), (0.19, self._tick_one),
+            (rng.choice((0.02, 0.08)), self._io_end_one), (0.19, self._tick_one),
             (0.07, self._propose_one), (0.01, self.partition),
             (rng.choice((0.002, 0.005, 0.01)), self._crash_one), (0.007, self._restart_one),
-            (0.004, self._retention_one), (0.004, self._transfer_one)]
+            (rng.choice((0.004, 0.02)), self._retention_one), (0.004, self._transfer_one),
+            (recreate, self.recreate), (0.02 if recreate else 0.0, self._learn_one)]
         self.actions = [a for _, a in weighted]
         self.cum_weights = list(itertools.accumulate(w for w, _ in weighted))
+
+    @property
+    def checker(self) -> Checker:
+        """The checker of the topic's incarnation now."""
+        return self.checkers[self.incarnation]
+
+    def _new_replica(self, i: Any) -> Node:
+        n = Node(make_config(i, len(self.ids), **self.config), seed=self.rng.randrange(1 << 30),
+                 use_reader=self.use_reader[i], defer_cuts=True, incarnation=self.incarnation)
+        self.nodes[i] = n
+        self.checkers[self.incarnation].nodes[i] = n
+        return n
 
     # ------------------------------------------------------------------ actions
 
     def process_ready(self, n: Node) -> None:
+        checker = self.checkers[n.incarnation]
         commit_before = n.commit
         rd = n.machine.ready()
-        log_before = len(n.written.batches)
+        view = n.view
+        log_before = len(view.batches)
         truncated = any(not isinstance(w, Append) for w in rd.log_writes)
         fail = (self.p_disk_error > 0 and any(isinstance(w, Append) for w in rd.log_writes)
                 and self.disk.random() < self.p_disk_error)
-        self.disk_errors += fail
+        self.faults["disk_errors"] += fail
         msgs = n.handle_ready(rd, fail_appends=fail)
         if rd.log_writes:
-            start = 0 if truncated else log_before
-            for i in range(start, len(n.written.batches)):
-                self.checker.register(n.written, i)
+            start = 0 if truncated or n.view is not view else log_before
+            for i in range(start, len(n.view.batches)):
+                checker.register(n.view, i)
             n.check_view()
-        if fail and rd.committed is not None:
-            # The host holds its commit to what its log holds (actors/partition.py).
-            n.commit = max(commit_before, min(rd.committed, n.written.last_offset))
+        if rd.committed is not None and rd.committed > n.view.last_offset:
+            # A write refused (the machine is told after this Ready, or once the cut out is
+            # durable): the host holds its commit to what its log holds (actors/partition.py).
+            n.commit = max(commit_before, min(rd.committed, n.view.last_offset))
             rd = rd._replace(committed=n.commit if n.commit > commit_before else None)
-        self.checker.ready(n, rd, commit_before)
-        self.net.extend(msgs)
+        checker.ready(n, rd, commit_before)
+        checker.applied(n)
+        self.net.extend((n.incarnation, m) for m in msgs)
 
     def deliver(self, i: int, duplicate: bool = False) -> None:
-        m = self.net[i] if duplicate else self.net.pop(i)
+        inc, m = self.net[i] if duplicate else self.net.pop(i)
         to = self.nodes[m.to]
         if not to.up or (m.sender, m.to) in self.cut:
             sender = self.nodes[m.sender]
-            if sender.up and self.rng.random() < 0.3:
+            if sender.up and self.rng.random() < 0.3 and sender.incarnation == inc:
                 sender.machine.report_unreachable(m.to)
             return
-        to.machine.step(m)
+        if self._routed(inc, to):
+            to.machine.step(m)
 
-    def flush_end(self, n: Node) -> None:
-        n.flush_end()
-        self.checker.durable_changed(n)
+    def _routed(self, inc: int, to: Node) -> bool:
+        """Whether a message of incarnation `inc` reaches `to`, the replica its node runs."""
+        if to.incarnation == inc or not ROUTE_BY_TOPIC_ID:
+            return True
+        self.faults["dropped_other_incarnation"] += 1
+        return False
 
-    def crash(self, n: Node) -> None:
-        n.crash()
-        self.crashes += 1
+    def io_end(self, n: Node, kind: str) -> None:
+        """A sync, a cut or a recovery sync of `n` completes."""
+        checker = self.checkers[n.incarnation]
+        if kind == "flush":
+            n.flush_end()
+        elif kind == "cut":
+            n.cut_end()
+            self.faults["cuts"] += 1
+            checker.applied(n)
+        else:
+            self.recovering.discard(n.id)
+            n.recovery_sync()
+            self._start(n)
+        checker.durable_changed(n)
+
+    def crash(self, n: Node, kill: bool) -> None:
+        """A kill -9 of `n`'s node, or a power loss of it (a node whose recovery sync is out
+        too)."""
+        if kill:
+            assert n.up, n.id
+            n.kill()
+            self.faults["kills"] += 1
+        else:
+            self.recovering.discard(n.id)
+            left = n.crash(torn=self.rng)
+            self.faults["power_losses"] += 1
+            if left != "synced":
+                self.faults[f"power_losses_{left}"] += 1
+            self.checkers[n.incarnation].durable_changed(n)
 
     def restart(self, n: Node) -> None:
-        if n.durable.start > 0 and self.rng.random() < P_FORGET_START_TERM:
-            n.durable.prev_term = 0  # a log start moved by a version that did not keep it
-        n.restart()
-        self.checker.terms[n.id] = n.machine.term
+        """Restart `n`'s node: what the page cache kept is synced before the machine starts
+        (if anything it holds is not synced yet)."""
+        if n.written.start > 0 and P_START_TERM_LOST and self.rng.random() < P_START_TERM_LOST:
+            n.written.prev_term = n.durable.prev_term = 0
+            self.faults["start_terms_lost"] += 1
+        self.faults["restarts"] += 1
+        if RECOVERY_SYNC and not n.written.same(n.durable):
+            self.recovering.add(n.id)
+            self.faults["recovery_syncs"] += 1
+        else:
+            self._start(n)
 
-    def retention(self, n: Node) -> None:
+    def _start(self, n: Node) -> None:
+        n.restart()
+        self.checkers[n.incarnation].terms[n.id] = n.machine.term
+
+    def retention(self, n: Node) -> bool:
         """Move the log start to a batch boundary at most the commit + 1, as the orchestrator
-        does over what its log holds and the commit it was told; on the synced log too, as
-        deleting segments does, so only where that one is the written log."""
+        does over what its log holds and the commit it was told (often all of it); on the
+        synced log too, as deleting segments does, so only where that one is the written
+        log. Whether it moved."""
         m = n.machine
-        if m.log_writes or n.flushing:
-            return  # (a sync in flight would make an older image durable under the new start)
+        if m.log_writes or n.flushing or n.cut is not None:
+            return False  # (a sync in flight would make an older image durable under the new start)
         commit = n.commit  # as the Readies told it: the machine's may be ahead
         bases = [b.base for b in n.written.batches if b.base <= commit + 1]
         if commit == n.written.last_offset:
             bases.append(commit + 1)
         if not bases:
-            return
-        offset = self.rng.choice(bases)
+            return False
+        offset = bases[-1] if self.rng.random() < P_RETENTION_TO_COMMIT else self.rng.choice(bases)
         if n.durable.batch_at(offset - 1) not in (None, n.written.batch_at(offset - 1)):
-            return  # the synced log is not the written one there yet
+            return False  # the synced log is not the written one there yet
         m.set_log_start(offset)
         n.written.set_start(offset)
         n.durable.retain_from(offset)
         n.check_view()
-        self.checker.durable_changed(n)
+        self.checkers[n.incarnation].durable_changed(n)
+        self.faults["retentions"] += 1
+        return True
 
     def partition(self) -> None:
-        ids = list(self.nodes)
+        ids = list(self.ids)
         self.cut.clear()
         kind = self.rng.random()
         if kind < 0.4:
             return  # healed
+        self.faults["partitions"] += 1
         if kind < 0.7:  # one node cut off
             x = self.rng.choice(ids)
             groups = [[x], [i for i in ids if i != x]]
@@ -283,7 +284,31 @@ class Sim:
 
     def propose(self, n: Node) -> None:
         self.proposals += 1
-        n.machine.propose(self.rng.randint(1, 4), f"p{self.proposals}")
+        n.machine.propose(self.rng.randint(1, 4), (n.incarnation, f"p{self.proposals}"))
+
+    def recreate(self) -> None:
+        """The topic is deleted and created again (a new id) while some node is down or cut
+        off: the nodes that hear the others take the new table now, the rest later."""
+        if not self.cut and all(n.up for n in self.nodes.values()):
+            return
+        self.checker.deleted = True
+        self.incarnation += 1
+        self.checkers[self.incarnation] = Checker(self.incarnation, self.ids)
+        self.faults["recreations"] += 1
+        for i in self.ids:
+            self.learn(i)
+
+    def learn(self, i: Any) -> None:
+        """Node `i` takes the controller's table, if it is up and hears every other node:
+        a replica of an older incarnation is dropped with its log and hard state, and one of
+        the topic as it is now starts empty."""
+        old = self.nodes[i]
+        if (old.incarnation == self.incarnation or not old.up
+                or any((j, i) in self.cut for j in self.ids)):
+            return
+        self.checkers[old.incarnation].retire(i)
+        self._new_replica(i)
+        self.faults["replicas_replaced"] += 1
 
     # ------------------------------------------------------------------ phases
 
@@ -316,10 +341,12 @@ class Sim:
         if dirty:
             self.rng.choice(dirty).flush_begin()
 
-    def _flush_end_one(self) -> None:
-        flushing = [n for n in self._up() if n.flushing]
-        if flushing:
-            self.flush_end(self.rng.choice(flushing))
+    def _io_end_one(self) -> None:
+        pending = [(n, "flush") for n in self._up() if n.flushing]
+        pending += [(n, "cut") for n in self._up() if n.cut is not None]
+        pending += [(self.nodes[i], "recovery") for i in sorted(self.recovering)]
+        if pending:
+            self.io_end(*self.rng.choice(pending))
 
     def tick(self, n: Node) -> None:
         """One tick, after the host's liveness check a quiesced machine relies on: a quiet
@@ -346,34 +373,50 @@ class Sim:
 
     def _crash_one(self) -> None:
         up = self._up()
+        kill = self.rng.random() < self.p_kill
+        candidates = up if kill else up + [self.nodes[i] for i in sorted(self.recovering)]
         if len(up) > 1:
-            self.crash(self.rng.choice(up))
+            self.crash(self.rng.choice(candidates), kill)
 
     def _restart_one(self) -> None:
-        down = [n for n in self.nodes.values() if not n.up]
+        down = [n for n in self.nodes.values() if not n.up and n.id not in self.recovering]
         if down:
             self.restart(self.rng.choice(down))
 
     def _retention_one(self) -> None:
-        self.retention(self.rng.choice(self._up()))
+        n = self.rng.choice(self._up())
+        if (self.retention(n) and self.rng.random() < P_CRASH_AFTER_RETENTION
+                and len(self._up()) > 1):
+            self.crash(n, kill=self.rng.random() < self.p_kill)
 
     def _transfer_one(self) -> None:
         leaders = self._leaders()
         if leaders:
-            self.rng.choice(leaders).machine.transfer_leader(self.rng.choice(list(self.nodes)))
+            self.rng.choice(leaders).machine.transfer_leader(self.rng.choice(self.ids))
+            self.faults["transfers"] += 1
+
+    def _learn_one(self) -> None:
+        self.learn(self.rng.choice(self.ids))
 
     def calm(self) -> int:
-        """Heal everything and run in lockstep until a leader commits a new proposal and every
-        node knows it; the ticks it took. A proposal a deposed leader took is made again to
-        the next one."""
+        """Heal everything, restart every node, let every node take the topic as it is now,
+        and run in lockstep until a leader commits a new proposal and every node knows it;
+        the ticks it took. A proposal a deposed leader took is made again to the next one."""
         self.cut.clear()
-        for n in self.nodes.values():
-            if not n.up:
+        for n in list(self.nodes.values()):
+            if not n.up and n.id not in self.recovering:
                 self.restart(n)
+        self._end_recoveries()
+        for i in self.ids:
+            self.learn(i)
         ticks = self._commit_in_calm()
-        if next(iter(self.nodes.values())).config.quiesce:
+        if self.config["quiesce"]:
             ticks += self._quiet_then_leader_lost()
         return ticks
+
+    def _end_recoveries(self) -> None:
+        for i in sorted(self.recovering):
+            self.io_end(self.nodes[i], "recovery")
 
     def _quiet_then_leader_lost(self) -> int:
         """With quiescence: the idle group goes quiet within a few heartbeats, then sends
@@ -397,15 +440,17 @@ class Sim:
             assert not self.net and not any(n.machine.has_ready() for n in self.nodes.values()), (
                 f"a quiet group sent {self.net}")
         leader = next(n for n in self.nodes.values() if n.machine.role == Role.Leader)
-        self.crash(leader)
+        self.crash(leader, kill=self.rng.random() < self.p_kill)
         ticks = self._commit_in_calm(skip=leader)
         self.restart(leader)
+        self._end_recoveries()
         return quieting + 3 * config.election_ticks + ticks
 
     def _commit_in_calm(self, skip: Node | None = None) -> int:
-        """Ticks until a leader commits a new proposal and every node up knows it."""
+        """Ticks until a leader commits a new proposal and every node up knows it and has
+        applied its whole committed log."""
         up = [n for n in self.nodes.values() if n is not skip]
-        target: tuple[int, int, str] | None = None  # (base, leader's term, ident)
+        target: tuple[int, int, Any] | None = None  # (base, leader's term, ident)
         for tick in range(CALM_TICKS_MAX):
             for n in up:
                 self.tick(n)
@@ -414,7 +459,7 @@ class Sim:
             if leaders:
                 leader = max(leaders, key=lambda n: n.machine.term)
                 if target is None or target[1] != leader.machine.term:
-                    ident = f"calm{tick}"
+                    ident = (self.incarnation, f"calm{tick}")
                     r = leader.machine.propose(1, ident)
                     if r is not None:
                         target = (r.base, r.term, ident)
@@ -423,6 +468,10 @@ class Sim:
                 acked = self.checker.acked_by_base.get(target[0])
                 if (acked is not None and acked.ident == target[2]
                         and all(n.machine.commit >= target[0] for n in up)):
+                    for n in up:
+                        assert n.applier.applied == n.machine.commit, (
+                            f"calm: node {n.id} applied up to {n.applier.applied}, its "
+                            f"commit is {n.machine.commit}")
                     return tick + 1
         raise AssertionError(f"no leader committed within {CALM_TICKS_MAX} calm ticks "
                              f"(target {target}): "
@@ -440,12 +489,16 @@ class Sim:
                 if n.unflushed():
                     n.flush_begin()
                 while n.flushing:
-                    self.flush_end(n)
+                    self.io_end(n, "flush")
+                    moved = True
+                if n.cut is not None:
+                    self.io_end(n, "cut")
                     moved = True
             net, self.net = self.net, []
-            for m in net:
-                if self.nodes[m.to].up:
-                    self.nodes[m.to].machine.step(m)
+            for inc, m in net:
+                to = self.nodes[m.to]
+                if to.up and self._routed(inc, to):
+                    to.machine.step(m)
                 moved = True
             if not moved:
                 return
@@ -460,9 +513,12 @@ def run(seed: int, chaos_steps: int = CHAOS_STEPS) -> Result:
         calm_ticks = sim.calm()
     except AssertionError as e:
         raise SimFailure(f"seed {seed} at step {sim.steps}: {e}") from e
-    return Result(seed, len(sim.nodes), sim.steps, sim.checker.acked_last,
-                  len(sim.checker.leaders), sim.crashes, calm_ticks, sim.quiesced, sim.woken,
-                  sim.disk_errors)
+    checkers = sim.checkers.values()
+    faults = sim.faults
+    return Result(seed, len(sim.nodes), sim.steps, sum(c.acked_last + 1 for c in checkers),
+                  sum(len(c.leaders) for c in checkers),
+                  faults["kills"] + faults["power_losses"], calm_ticks, sim.quiesced,
+                  sim.woken, faults["disk_errors"], dict(sorted(faults.items())))
 
 
 if __name__ == "__main__":
