@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from tests.spark.conftest import Kafka
 from tests.support.broker import BrokerProcess
@@ -34,24 +34,30 @@ _POLL_ROUNDS = 400  # consume() polls of 0.25 s at most: 100 s
 
 def consume_all(broker: BrokerProcess, topic: str, partitions: int, *,
                 committed: bool = True, settle_s: float = 1.5) -> list[bytes | None]:
-    """Every value in the topic, read from offset 0 until nothing new came for `settle_s`."""
+    """Every value in the topic, read from offset 0 until every partition has reached its end
+    (its last stable offset, read_committed) and nothing new came for `settle_s` after that
+    (a consumer that is slow to start, on a loaded machine, reads nothing for a while)."""
     consumer = Consumer({
         "bootstrap.servers": broker.bootstrap, "group.id": f"check-{topic}",
-        "enable.auto.commit": False,
+        "enable.auto.commit": False, "enable.partition.eof": True,
         "isolation.level": "read_committed" if committed else "read_uncommitted",
     })
     consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
     values: list[bytes | None] = []
+    at_end: set[int] = set()
     quiet_since = time.monotonic()
     try:
         for _ in range(_POLL_ROUNDS):
             messages = consumer.consume(1000, timeout=0.25)
             for message in messages:
-                assert message.error() is None, message.error()
+                error = message.error()
+                if error is not None and error.code() == KafkaError._PARTITION_EOF:
+                    at_end.add(message.partition())
+                    continue
+                assert error is None, error
                 values.append(message.value())
-            if messages:
                 quiet_since = time.monotonic()
-            elif time.monotonic() - quiet_since > settle_s:
+            if len(at_end) == partitions and time.monotonic() - quiet_since > settle_s:
                 break
     finally:
         consumer.close()
