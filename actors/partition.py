@@ -1161,6 +1161,15 @@ class Partition(LoopActor):
         else:
             # Kafka's endOffsetFor: the largest epoch <= the one asked, and where it ends.
             epoch, end = log_.end_offset_for_epoch(m.leader_epoch)
+            last = log_.last_epoch
+            if epoch < 0 and m.leader_epoch >= 0 and (last is None or last < m.leader_epoch):
+                # Our own epoch holds no batch yet (a leader elected with everything
+                # committed writes no no-op). Kafka's leader starts its epoch in its cache
+                # at its log end when elected: the epoch asked, or the last one below it
+                # with a batch, ends at the log end.
+                asked = m.leader_epoch
+                epoch = asked if asked == self.leader_epoch or last is None else last
+                end = log_.next_offset
             m.reply((ErrorCode.NONE, epoch, end))
 
     def _info(self, m: PartitionInfo) -> None:

@@ -15,6 +15,7 @@ import pytest
 
 from actors.partition import (
     MAX_TIMESTAMP,
+    EpochEndOffset,
     FetchBudget,
     ListOffset,
     ListOffsetResult,
@@ -131,5 +132,41 @@ def test_max_timestamp_names_a_data_record_never_a_control_batch(
                 break
         assert (info["high_watermark"], info["segments"]) == (5, 2)
         assert max_timestamp(leader) == (1, 3_000)
+    finally:
+        cluster.net.close()
+
+
+def test_a_new_leader_answers_its_own_epoch_before_it_wrote_a_batch_in_it(
+        loop: asyncio.AbstractEventLoop, tmp_path: Path) -> None:
+    """OffsetForLeaderEpoch at a leader elected with everything committed (no no-op batch):
+    Kafka's leader starts its own epoch at its log end when elected, so the current epoch
+    ends at the log end, and an epoch between the last batch's and it ends there too. An
+    UNDEFINED answer makes kafka-python reset a consumer to earliest and read again."""
+    cluster = Cluster(loop, tmp_path)
+    try:
+        leader = cluster.leader()
+        for sequence in range(3):
+            assert produce(cluster, leader, PID, sequence).error == ErrorCode.NONE
+        end = cluster.info(leader)["high_watermark"]
+        followers = [a for a in REPLICAS if a != leader]
+        for follower in followers:  # every replica knows it all committed: no no-op later
+            for _ in range(ASKS_MAX):
+                if cluster.info(follower)["high_watermark"] == end:
+                    break
+            assert cluster.info(follower)["high_watermark"] == end
+        old_epoch = cluster.info(leader)["leader_epoch"]
+        cluster.net.down.add(leader)
+        new_leader = cluster.leader()
+        epoch = cluster.info(new_leader)["leader_epoch"]
+        assert epoch > old_epoch and cluster.info(new_leader)["next_offset"] == end
+        for asked, expected in ((epoch, (epoch, end)), (old_epoch, (old_epoch, end)),
+                                (epoch + 1, (-1, -1))):
+            answer = cluster.ask(new_leader, lambda reply, e=asked: EpochEndOffset(
+                e, epoch, reply))
+            assert answer == (ErrorCode.NONE, *expected), (asked, answer)
+        if epoch > old_epoch + 1:  # an epoch with no batch between them ends there as well
+            answer = cluster.ask(new_leader, lambda reply: EpochEndOffset(
+                epoch - 1, epoch, reply))
+            assert answer == (ErrorCode.NONE, old_epoch, end)
     finally:
         cluster.net.close()
