@@ -16,7 +16,8 @@ watermark), and polls until they agree or a bound passes (`converge`):
   drops segments on its own schedule). Replicas of two incarnations of one topic name (their
   `partition.metadata` topic ids differ) are a difference too;
 - by the admin endpoint (`compare_views`), every replica names one leader, and its log end
-  and high watermark are the leader's: a follower left behind has stopped following;
+  and high watermark are the leader's: a follower left behind has stopped following; and
+  then the leader counts every replica in sync (its `isr`);
 - where an acknowledged DeleteRecords moved a partition's log start, every replica's log
   start is there or past it (`compare_log_starts`): Kafka answers DeleteRecords once every
   in-sync replica has moved it, and a replica below it would serve the deleted records again
@@ -204,8 +205,9 @@ def compare_views(views: Mapping[int, Any], expected: Mapping[tuple[str, int], l
     """What the nodes' `/v1/partitions` answers (node -> answer, None: no answer) say is
     wrong with each partition: a node that does not answer, a replica `expected` (partition
     -> its replicas, from Metadata) that no node lists, no one leader that every replica
-    names, or a replica whose log end or high watermark is not its leader's (it stopped
-    following, or has not caught up yet)."""
+    names, a replica whose log end or high watermark is not its leader's (it stopped
+    following, or has not caught up yet), or a leader whose in-sync replicas leave out one
+    that has caught up."""
     problems = [f"node {node}: /v1/partitions did not answer" for node, view in views.items()
                 if view is None]
     replicas: dict[tuple[str, int], dict[int, dict[str, Any]]] = {}
@@ -240,6 +242,9 @@ def _replica_problem(entries: Mapping[int, dict[str, Any]]) -> str | None:
                                                          leader["high_watermark"])]
     if behind:
         return f"node(s) {sorted(behind)} not at the leader's log end ({shown})"
+    isr, replicas = leader.get("isr"), leader.get("replicas")
+    if isr and replicas and set(isr) != set(replicas):
+        return f"in-sync replicas {sorted(isr)} of {sorted(replicas)}, all caught up ({shown})"
     return None
 
 

@@ -172,6 +172,16 @@ def test_views_name_a_replica_that_stopped_following() -> None:
     assert "node 2: follower, log end 7, high watermark 7, leader 1" in problem
 
 
+def test_views_name_a_caught_up_replica_left_out_of_the_in_sync_replicas() -> None:
+    views = {1: view(1, ("t", 0, "leader", 1, 9, 9)), 2: view(2, ("t", 0, "follower", 1, 9, 9)),
+             3: view(3, ("t", 0, "follower", 1, 9, 9))}
+    views[1]["partitions"][0].update(replicas=[1, 2, 3], isr=[1, 2, 3])
+    assert compare_views(views, {("t", 0): [1, 2, 3]}) == []
+    views[1]["partitions"][0]["isr"] = [1, 2]
+    [problem] = compare_views(views, {("t", 0): [1, 2, 3]})
+    assert problem.startswith("t-0: in-sync replicas [1, 2] of [1, 2, 3], all caught up")
+
+
 def test_views_name_no_leader_two_leaders_a_missing_replica_and_a_silent_node() -> None:
     views: dict[int, Any] = {
         1: view(1, ("t", 0, "follower", -1, 9, 9), ("t", 1, "leader", 1, 4, 4)),
