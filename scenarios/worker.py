@@ -39,6 +39,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import json
+import logging
 import os
 import queue
 import random
@@ -744,10 +745,26 @@ ROLES: dict[str, Callable[..., None]] = {
     "producers": run_producers, "consumers": run_consumers, "flood": run_flood}
 
 
+# The client libraries' loggers kept at INFO in the worker's log: where a consumer's position
+# moved without a rebalance (an offset reset, a truncation found by OffsetForLeaderEpoch),
+# which a history's nonmonotonic-poll alone does not explain.
+CLIENT_INFO_LOGGERS = ("kafka.consumer.fetcher", "aiokafka.consumer.fetcher")
+
+
+def _client_logs() -> None:
+    """kafka-python's and aiokafka's warnings (and their fetchers' resets) on stderr, which is
+    the worker's log; librdkafka writes its own there."""
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    for name in CLIENT_INFO_LOGGERS:
+        logging.getLogger(name).setLevel(logging.INFO)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     with open(argv[0], encoding="utf-8") as f:
         config = json.load(f)
+    _client_logs()
     stats = Stats()
     recorder = Recorder(config["history"], stats, config.get("recording", True))
     commands: queue.SimpleQueue[str] = queue.SimpleQueue()
