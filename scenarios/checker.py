@@ -19,6 +19,12 @@ that show it (Jepsen's Kafka workload, without transactions):
   between them is known to exist (a send was acknowledged there, or a poll read it). A
   compacted topic has such gaps by design: leave its partitions out (`skip_topics`).
 
+DeleteRecords (a `fault` whose `deleted_below` is `[topic, partition, offset]`) takes every
+record below its offset by request: such a record is not called lost, whenever the request
+came (it may have been gone before anyone read it), and a consumer that skipped offsets all
+below the highest such offset asked for before its poll ended (its position was reset to the
+new log start) made no poll-skip. A request whose answer was lost counts as done.
+
 Figures beside them: sends by outcome and the error rate; acknowledged sends' latency
 (p50/p99/p99.9) outside the faults' windows and inside them; per fault, how long after it
 was undone the first send was acknowledged (`recovery_ms`) and the longest stretch without an
@@ -83,13 +89,18 @@ def check(ops: Sequence[Op], bounds: Bounds = Bounds(),  # noqa: B008 - frozen
     sends = [op for op in ops if op.op == "send"]
     by_value = {op.value: op for op in sends if op.value is not None}
     seen = _observations(ops)
+    deleted = _deletions(ops)
     _inconsistent_offsets(ops, seen, result.anomalies["inconsistent-offsets"])
     _duplicates(seen, result.anomalies["duplicate"])
     _unexpected(ops, by_value, result.anomalies["unexpected"])
-    _lost_writes(sends, seen, result.anomalies["lost-write"])
+    _lost_writes(sends, seen, deleted, result.anomalies["lost-write"])
     _nonmonotonic_sends(sends, result.anomalies["nonmonotonic-send"])
-    _polls_in_order(ops, seen, skipped, result.anomalies)
+    _polls_in_order(ops, seen, skipped, deleted, result.anomalies)
     _figures(ops, sends, result.figures, seen.read_by_several)
+    if deleted:
+        result.figures["records_deleted_below"] = {
+            f"{t}-{p}": max(offset for _, offset in asked) for (t, p), asked in
+            sorted(deleted.items())}
     _bounds(result, bounds)
     return result
 
@@ -194,11 +205,34 @@ def _unexpected(ops: Sequence[Op], by_value: dict[str, Op], out: list[dict[str, 
                             "client": op.client, "why": "its send failed"})
 
 
-def _lost_writes(sends: Sequence[Op], seen: _Seen, out: list[dict[str, Any]]) -> None:
+def _deletions(ops: Sequence[Op]) -> dict[TopicPartition, list[tuple[int, int]]]:
+    """DeleteRecords asked for, per partition: (when it was asked, the offset below which
+    every record goes), in the order asked."""
+    found: dict[TopicPartition, list[tuple[int, int]]] = defaultdict(list)
+    for op in sorted((o for o in ops if o.op == "fault" and "deleted_below" in o.extra),
+                     key=lambda o: o.invoke_ns):
+        topic, partition, offset = op.extra["deleted_below"]
+        found[(str(topic), int(partition))].append((op.invoke_ns, int(offset)))
+    return dict(found)
+
+
+def _deleted_below(deleted: dict[TopicPartition, list[tuple[int, int]]], tp: TopicPartition,
+                   before_ns: int | None = None) -> int:
+    """The highest offset below which DeleteRecords took the partition's records (asked for
+    before `before_ns`, when given); 0 when none did."""
+    return max((offset for asked_ns, offset in deleted.get(tp, ())
+                if before_ns is None or asked_ns < before_ns), default=0)
+
+
+def _lost_writes(sends: Sequence[Op], seen: _Seen,
+                 deleted: dict[TopicPartition, list[tuple[int, int]]],
+                 out: list[dict[str, Any]]) -> None:
     for op in sends:
         if op.outcome != "ok" or op.offset is None or seen.read[op.value]:
             continue
         assert op.topic is not None and op.partition is not None
+        if op.offset < _deleted_below(deleted, (op.topic, op.partition)):
+            continue
         up_to = seen.read_up_to.get((op.topic, op.partition), -1)
         if up_to > op.offset:
             out.append({"value": op.value, "topic": op.topic, "partition": op.partition,
@@ -221,6 +255,7 @@ def _nonmonotonic_sends(sends: Sequence[Op], out: list[dict[str, Any]]) -> None:
 
 
 def _polls_in_order(ops: Sequence[Op], seen: _Seen, skipped: set[str],
+                    deleted: dict[TopicPartition, list[tuple[int, int]]],
                     anomalies: dict[str, list[dict[str, Any]]]) -> None:
     """nonmonotonic-poll and poll-skip: each consumer's records in the order it read them."""
     position: dict[tuple[str, str, int], int] = {}  # (client, topic, partition) -> last offset
@@ -244,6 +279,9 @@ def _polls_in_order(ops: Sequence[Op], seen: _Seen, skipped: set[str],
                 anomalies["nonmonotonic-poll"].append(where)
                 continue
             missed = seen.known_between((topic, partition), before, offset)
+            if missed and (topic, partition) in deleted:
+                gone = _deleted_below(deleted, (topic, partition), op.complete_ns)
+                missed = [o for o in missed if o >= gone]
             if missed:
                 anomalies["poll-skip"].append(
                     {**where, "skipped": len(missed), "offsets": missed[:SKIPPED_LISTED_MAX]})

@@ -143,7 +143,8 @@ def check_command(args: argparse.Namespace) -> int:
         raise CommandError(f"{history}: {e.strerror or e}") from None
     except HistoryError as e:
         raise shards_cli.UsageError(str(e)) from None
-    report = judge(scenario, ops, errors=recorded.get("errors"))
+    report = judge(scenario, ops, errors=recorded.get("errors"),
+                   cluster_checks=recorded.get("cluster_checks"))
     from scenarios.report import verdict_table
 
     verdict_table(report)

@@ -20,14 +20,19 @@ node j, the port of the i -> j proxy (scenarios/link_proxy.py) and its own real 
 every byte of node RPC crosses a proxy the nemesis can cut or delay. The processes start
 together and are waited for together: a node of a cluster may be ready only once its peers
 are up. `leader_of` asks each node that is up (not killed or stopped) for a partition's
-leader, alone (a client bootstrapped from it), and takes the answer most of them give. A node
-whose process ends while nothing killed or stopped it (`exited_by_itself`) fails the run.
+leader, alone (a client bootstrapped from it), and takes the answer most of them give.
+
+A node knows whether the runner ended it (`kill`, `stop`): `exited_by_itself` answers the
+exit code of a process that ended otherwise (a shard's abort stops its node), once, and
+`log_evidence` the lines of its log that say why.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import random
+import re
 import shutil
 import signal
 import socket
@@ -50,6 +55,11 @@ __all__ = ["Cluster", "ClusterError", "Node", "free_port", "free_ports"]
 
 REPO = Path(__file__).resolve().parents[1]
 FILLER = ".scenario-disk-filler"
+# Log lines that say why a node died (shards/supervisor.py names a shard's exit or signal;
+# libzmq's assertions and the interpreter's fatal errors go to stderr, which is the log).
+_EVIDENCE = re.compile(r"Assertion failed|assert|killed by signal|exited with code|Fatal Python"
+                       r"|Segmentation fault|Error\b|Exception\b|stopping the node|Traceback",
+                       re.IGNORECASE)
 
 
 class ClusterError(RuntimeError):
@@ -131,7 +141,11 @@ class Node:
         self.process: subprocess.Popen[bytes] | None = None
         self.holder: subprocess.Popen[bytes] | None = None
         self.stopped: set[int] = set()  # pids under SIGSTOP
-        self.ending = False  # the runner killed or stopped it: its exit is no failure
+        # The runner killed or stopped it: its exit is no finding. An exit by itself is
+        # reported once (`exited_by_itself`).
+        self.expected_exit = False
+        self._exit_seen = False
+        self.log_from = 0  # where the running process's lines start in its log
         if disk_size is not None:
             self._mount(disk_size)
 
@@ -167,6 +181,7 @@ class Node:
     def launch(self) -> None:
         assert self.process is None or self.process.poll() is not None, "already running"
         log = open(self.log_path, "ab")
+        self.log_from = log.tell()  # this process's lines start here
         self.process = subprocess.Popen(
             [*self._enter(), sys.executable, "-m", "shards.cli", "start",
              "--config", str(self.config_path), "--node-id", str(self.node_id),
@@ -176,7 +191,7 @@ class Node:
             cwd=REPO, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         log.close()
         self.stopped.clear()
-        self.ending = False
+        self.expected_exit = self._exit_seen = False  # after the new process is in place
 
     def wait_ready(self) -> None:
         assert self.process is not None
@@ -215,21 +230,30 @@ class Node:
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
 
-    def exited_by_itself(self) -> str | None:
-        """How the node's process ended, if it did and the runner neither killed nor stopped
-        it (a shard that died takes its node down): its exit and the supervisor's reason."""
-        if self.process is None or self.ending:
+    def exited_by_itself(self) -> int | None:
+        """The exit code (negative: the signal) of a node process that ended though nothing
+        of the runner's stopped or killed it; once per process, None otherwise."""
+        process = self.process
+        if process is None or self.expected_exit or self._exit_seen:
             return None
-        code = self.process.poll()
-        if code is None:
+        code = process.poll()
+        if code is None or self.expected_exit:
             return None
-        how = f"killed by signal {-code}" if code < 0 else f"exit code {code}"
+        self._exit_seen = True
+        return code
+
+    def log_evidence(self, lines_max: int = limits.exit_evidence_lines_max) -> list[str]:
+        """The last lines the node's latest process wrote to its log that say why something
+        died: an assertion, a signal, a shard's exit, an exception."""
         try:
-            lines = self.log_path.read_text(errors="replace").splitlines()
+            with open(self.log_path, "rb") as f:
+                f.seek(0, os.SEEK_END)
+                f.seek(max(self.log_from, f.tell() - limits.exit_evidence_bytes))
+                text = f.read().decode(errors="replace")
         except FileNotFoundError:
-            lines = []
-        said = [line for line in lines if "krill.supervisor" in line and " ERROR " in line]
-        return f"{how}: {said[-1] if said else self.last_log_line()}"
+            return []
+        found = [line.strip() for line in text.splitlines() if _EVIDENCE.search(line)]
+        return found[-lines_max:]
 
     def up(self) -> bool:
         """Running and not stopped (a node with a stopped shard may not answer)."""
@@ -257,7 +281,7 @@ class Node:
     def kill(self, target: str) -> None:
         """kill -9: the whole node (its process group) or one shard process (after which the
         supervisor stops the node, as a crashed reactor stops Redpanda)."""
-        self.ending = True
+        self.expected_exit = True
         if target == "node":
             self._signal_group(signal.SIGKILL)
             self.wait_gone()
@@ -303,7 +327,7 @@ class Node:
         """SIGTERM (after SIGCONT of anything stopped), then SIGKILL of the group."""
         if self.process is None:
             return
-        self.ending = True
+        self.expected_exit = True
         self.resume()
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
@@ -474,6 +498,18 @@ class Cluster:
                 raise ClusterError(f"no leader after {timeout_s:g}s for {len(missing)} "
                                    f"partition(s): {', '.join(missing[:5])}")
             time.sleep(LOOKUP_RETRY_S)
+
+    def partition_views(self) -> dict[int, Any]:
+        """Each node's `/v1/partitions` answer: its replicas' role, leader, log end, high
+        watermark and (a leader's) followers' match; None from a node that does not answer."""
+        views: dict[int, Any] = {}
+        for node in self.nodes.values():
+            try:
+                status, body = node.admin("GET", "/v1/partitions", limits.admin_timeout_s)
+                views[node.node_id] = json.loads(body) if status == 200 else None
+            except (OSError, ValueError):
+                views[node.node_id] = None
+        return views
 
     # --- links ------------------------------------------------------------------------------
 

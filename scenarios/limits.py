@@ -22,3 +22,13 @@ node_start_timeout_s = 60.0  # a node's /v1/status/ready after start (recovery i
 node_stop_timeout_s = 30.0  # SIGTERM, then SIGKILL of its process group
 condition_poll_s = 0.05  # how often an `after:` condition is looked at
 history_ops_max = 20_000_000  # a history larger than this is refused (memory at check time)
+
+# A cluster's checks (scenarios/replicas.py, scenarios/chaos.py).
+node_watch_s = 0.5  # how often the runner looks for a node process that exited by itself
+exit_evidence_bytes = 1 << 20  # of a node's log's end, read for why it died
+exit_evidence_lines_max = 20  # lines of it kept in the report
+replicas_converge_timeout_s = 60.0  # after the load: every replica the same, on disk and by
+# its node's word, within this
+power_loss_catch_up_s = 30.0  # a node back from a power loss: its replicas at their leaders'
+# high watermarks within this, before the next fault
+admin_timeout_s = 3.0  # one node's /v1/partitions answer

@@ -6,17 +6,22 @@
    node) starts every node with the others as seeds, through link proxies when a step cuts
    or delays links, and the run waits until every node names a leader for every partition.
 2. The client workers start (scenarios/worker.py): consumers first, so they are in their
-   groups before the first record; then producers at the workload's rate. With
-   `consumerBacklogSizeGB` the consumers wait, paused, until that much is written (OMB).
+   groups before the first record; then producers at the workload's rate, a process per
+   client library. With `consumerBacklogSizeGB` the consumers wait, paused, until that much
+   is written (OMB).
 3. The nemesis runs the steps in order on its own thread: each waits for its time (`at`) or
    condition (`after`), does its fault, and the fault is undone `for` a time later, by a later
-   `undo` step, or when the workload ends. Every fault is a window in the history.
+   `undo` step, or when the workload ends. Every fault is a window in the history. A `chaos`
+   step runs its drawn faults on a thread of its own (scenarios/chaos.py). Meanwhile a watch
+   records every node process that exits though nothing of the runner's ended it.
 4. When the workload ends, the producers stop and wait for what is in flight, the runner
    reads every partition's end offset, and the consumers read up to it (bounded), so an
-   acknowledged write nobody read is a lost write, not a slow consumer.
-5. The history (`history.jsonl`) is checked (scenarios/checker.py) and the report written:
-   `report.json`, `timeline.png`, and a verdict table on stdout. A node that exited by itself
-   at any time (no step killed or stopped it) is one of the run's errors: it fails the run.
+   acknowledged write nobody read is a lost write, not a slow consumer. A cluster's replicas
+   are then compared, by their nodes' word and on disk, until they agree (bounded:
+   scenarios/replicas.py).
+5. The history (`history.jsonl`) is checked (scenarios/checker.py), with the runner's own
+   checks (no node exited by itself; the replicas agreed), and the report written:
+   `report.json`, `timeline.png`, and a verdict table on stdout.
 
 The nemesis only ever acts through what a user or an operator has: signals to processes,
 the admin API's failure probes, a filesystem of a given size, Kafka admin requests, and the
@@ -44,9 +49,11 @@ from typing import Any
 import msgpack
 
 from scenarios import limits
+from scenarios.chaos import Chaos
 from scenarios.checker import check
 from scenarios.cluster import CLUSTER_READY_TIMEOUT_S, REPO, Cluster, Node
 from scenarios.history import Op, write_history
+from scenarios.replicas import Convergence, converge
 from scenarios.spec import Link, NodeRef, Scenario, Step, node_ref, seconds, size_bytes, target
 
 __all__ = ["RunError", "build_history", "run"]
@@ -75,7 +82,9 @@ class Worker:
         path = out / f"worker-{name}.json"
         config = {**config, "role": role, "history": str(out / f"history-{name}.msgpack")}
         path.write_text(json.dumps(config))
-        with open(out / f"worker-{name}.log", "ab") as log:
+        self.log_path = out / f"worker-{name}.log"
+        self.killed = False  # by the runner, for not ending in time (an error of its own)
+        with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "scenarios.worker", str(path)], cwd=REPO,
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True,
@@ -123,23 +132,47 @@ class Worker:
 
     def kill(self) -> None:
         if self.process.poll() is None:
+            self.killed = True
             self.process.kill()
             self.process.wait()
 
+    def crashed(self) -> str | None:
+        """How the process ended if it ended badly by itself (an exception in a client):
+        its exit code and its log's last line; None otherwise."""
+        code = self.process.poll()
+        if code in (0, None) or self.killed:
+            return None
+        try:
+            lines = self.log_path.read_text(errors="replace").strip().splitlines()
+        except FileNotFoundError:
+            lines = []
+        return f"exited with code {code}: {lines[-1] if lines else '(empty log)'}"
+
 
 class _Live:
-    """What the progress line shows: the workers' last second, summed."""
+    """What the progress line shows: the workers' last second, summed over the producer
+    processes (one per client library)."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.acked_total = 0
         self.last: dict[str, dict[str, Any]] = {}
+        self.last_acked_ns = 0  # when a producer process last said it had acknowledgements
 
     def on_stats(self, role: str, stats: dict[str, Any]) -> None:
         with self.lock:
             self.last[role] = stats
-            if role == "producers":
+            if role.startswith("producers"):
                 self.acked_total += stats.get("acked", 0)
+                if stats.get("acked"):
+                    self.last_acked_ns = max(self.last_acked_ns, stats.get("t", 0))
+
+    def producers(self) -> tuple[int, float]:
+        """Acknowledged in the last second over every producer process, and the worst p99."""
+        with self.lock:
+            lines = [v for k, v in self.last.items() if k.startswith("producers")]
+        return (sum(v.get("acked", 0) or 0 for v in lines),
+                max((v.get("p99_ms") or 0.0 for v in lines), default=0.0))
 
 
 class Run:
@@ -162,7 +195,9 @@ class Run:
         self.link_pairs: dict[int, set[tuple[int, int]]] = {}  # link step -> its links
         self.doing = -1  # the index of the step being done
         self.links: dict[str, dict[str, int]] = {}  # each link proxy's counters, at the end
-        self.exits_seen: set[int] = set()  # pids of nodes found exited by themselves
+        self.node_exits: list[dict[str, Any]] = []  # node processes that ended by themselves
+        self._exits_lock = threading.Lock()  # the watch and the chaos both look
+        self.convergence: Convergence | None = None  # a cluster's replicas after the load
 
     @property
     def nodes(self) -> list[Node]:
@@ -230,41 +265,62 @@ class Run:
 
     # --- the workload -------------------------------------------------------------------
 
-    def worker_config(self) -> dict[str, Any]:
+    def worker_config(self, client: str | None = None) -> dict[str, Any]:
+        """A worker's settings, for one client library (the workload's first by default)."""
         w = self.s.workload
+        client = client or w.client
         payload = w.payload or random.Random(self.s.seed).randbytes(w.message_size)
-        return {"bootstrap": self.bootstrap(), "client": w.client, "seed": self.s.seed,
-                "producer_config": w.producer_config, "consumer_config": w.consumer_config,
+        return {"bootstrap": self.bootstrap(), "client": client, "seed": self.s.seed,
+                "producer_config": w.producer_config_for(client),
+                "consumer_config": w.consumer_config_for(client),
                 "payload_hex": payload.hex(), "key_distributor": w.key_distributor,
                 "finish_timeout_s": limits.finish_timeout_s, "warmup_topic": WARMUP_TOPIC,
                 "recording": self.recording,
                 "drain_timeout_s": limits.drain_timeout_s}
 
     def start_workers(self) -> None:
-        w, base = self.s.workload, self.worker_config()
-        subscriptions = {f"sub-{i}": self.s.workload_topics
+        """Consumer processes first (in their groups before the first record), then one
+        producer process per client library. With several libraries (`client: [...]`),
+        producer i and subscription i use clients[i % n] (producer i of a topic that names
+        its `clients`: one of those), each library in processes of its own, named after it
+        (`producers-aiokafka`, `consumers-kafka-python-n2`); a subscription reads the
+        workload topics its library may use."""
+        w = self.s.workload
+        clients = w.clients or (w.client,)
+        subscriptions = {f"sub-{i}": [t for t in self.s.workload_topics
+                                      if clients[i % len(clients)] in self.s.clients_of(t)]
                          for i in range(w.subscriptions_per_topic)}
         consumers = [(f"c{i * w.consumer_per_subscription + j}", group, topics)
                      for i, (group, topics) in enumerate(subscriptions.items())
                      for j in range(w.consumer_per_subscription)]
-        for name, bootstrap, groups in self._consumer_processes(list(subscriptions)):
-            mine = [c for c in consumers if c[1] in groups]
-            worker = Worker("consumers", {**base, "bootstrap": bootstrap, "consumers": mine,
-                                          "subscriptions": {g: subscriptions[g] for g in groups}},
-                            self.out, self.live.on_stats, name=name)
-            self.workers[name] = worker
-            self.consumer_workers.append((worker, [c[0] for c in mine]))
-            if w.consumer_backlog_bytes:
-                worker.command("pause all")
-        producers = [(f"p{i}", topic) for topic in self.s.workload_topics
-                     for i in range(w.producers_per_topic)]
-        producers = [(f"p{i}", topic) for i, (_, topic) in enumerate(producers)]
-        if producers:
-            self.workers["producers"] = Worker(
-                "producers", {**base, "producers": producers, "rate": w.producer_rate},
-                self.out, self.live.on_stats)
+        for i, client in enumerate(clients):
+            groups = [g for g in list(subscriptions)[i::len(clients)] if subscriptions[g]]
+            suffix = f"-{client}" if len(clients) > 1 else ""
+            for name, bootstrap, mine_groups in self._consumer_processes(groups, suffix):
+                members = [c for c in consumers if c[1] in mine_groups]
+                worker = Worker("consumers", {
+                    **self.worker_config(client), "bootstrap": bootstrap, "consumers": members,
+                    "subscriptions": {g: subscriptions[g] for g in mine_groups}},
+                    self.out, self.live.on_stats, name=name)
+                self.workers[name] = worker
+                self.consumer_workers.append((worker, [c[0] for c in members]))
+                if w.consumer_backlog_bytes:
+                    worker.command("pause all")
+        producers = [topic for topic in self.s.workload_topics
+                     for _ in range(w.producers_per_topic)]
+        by_client: dict[str, list[tuple[str, str]]] = {}
+        for i, topic in enumerate(producers):
+            allowed = [c for c in clients if c in self.s.clients_of(topic)]
+            by_client.setdefault(allowed[i % len(allowed)], []).append((f"p{i}", topic))
+        for client, mine in by_client.items():
+            name = "producers" if len(clients) == 1 else f"producers-{client}"
+            rate = w.producer_rate * len(mine) / len(producers)
+            self.workers[name] = Worker(
+                "producers", {**self.worker_config(client), "producers": mine, "rate": rate},
+                self.out, self.live.on_stats, name=name)
 
-    def _consumer_processes(self, groups: list[str]) -> list[tuple[str, str, list[str]]]:
+    def _consumer_processes(self, groups: list[str], suffix: str = ""
+                            ) -> list[tuple[str, str, list[str]]]:
         """(worker name, bootstrap, groups) per consumer process: one bootstrapped from every
         node, or with `consumer_bootstrap: spread` one per node, subscription i's consumers
         bootstrapped from node i mod N alone. A group stays in one process: its drain asks
@@ -272,12 +328,13 @@ class Run:
         if not groups:
             return []
         if self.s.consumer_bootstrap != "spread" or self.s.nodes == 1:
-            return [("consumers", self.bootstrap(), groups)]
+            return [(f"consumers{suffix}", self.bootstrap(), groups)]
         ids = self.s.node_ids
         by_node: dict[int, list[str]] = {}
-        for i, group in enumerate(groups):
+        for group in groups:
+            i = int(group.split("-")[1])  # sub-i
             by_node.setdefault(ids[i % len(ids)], []).append(group)
-        return [(f"consumers-n{node}", self.bootstrap([node]), mine)
+        return [(f"consumers{suffix}-n{node}", self.bootstrap([node]), mine)
                 for node, mine in by_node.items()]
 
     def end_offsets(self) -> list[tuple[str, int, int]]:
@@ -288,6 +345,8 @@ class Run:
             metadata = consumer.list_topics(timeout=10)
             out = []
             for name in self.s.workload_topics:
+                if name in self.s.unchecked_topics:  # deleted and made again: not checked
+                    continue
                 topic = metadata.topics.get(name)
                 if topic is None or topic.error is not None:
                     continue
@@ -343,8 +402,7 @@ class Run:
             return False
         if after.get("recovered"):
             ended = [f for f in self.faults if f["end_ns"] is not None]
-            if not ended or self.live.last.get("producers", {}).get("t", 0) < ended[-1]["end_ns"] \
-                    or not self.live.last["producers"].get("acked"):
+            if not ended or self.live.last_acked_ns < ended[-1]["end_ns"]:
                 return False
         return True
 
@@ -354,6 +412,11 @@ class Run:
             self.undo_step(step.undo)
             return
         self.notes, self.doing = {}, step.index
+        if step.action == "chaos":  # its faults are the windows, each its own
+            entry = {"step": step.index, "name": step.name, "at_s": round(self.elapsed_s(), 3)}
+            self.step_log.append(entry)
+            self.undo[step.index] = Chaos(self, step.index, step.arg, entry).start()
+            return
         start = time.monotonic_ns()
         undo = getattr(self, f"_{step.action}")(step.arg)
         notes, self.notes = self.notes, {}
@@ -406,10 +469,12 @@ class Run:
         for index in sorted(self.undo, reverse=True):
             self.undo_step(index)
 
-    def _node(self, ref: NodeRef) -> Node:
+    def _node(self, ref: NodeRef, notes: dict[str, Any] | None = None) -> Node:
         """The node a step names, found now: by number, drawn from the seed, or the leader
-        most nodes that are up name (waiting for one to be elected)."""
+        most nodes that are up name (waiting for one to be elected). What was found goes to
+        `notes` (the step's, by default)."""
         assert self.cluster is not None
+        notes = self.notes if notes is None else notes
         ids = list(self.cluster.nodes)
         if ref.kind == "id":
             assert ref.id is not None
@@ -419,13 +484,13 @@ class Run:
         else:
             assert ref.topic is not None and ref.partition is not None
             leader, answers = self.cluster.leader_of(ref.topic, ref.partition)
-            self.notes.setdefault("leader_of", f"{ref.topic}-{ref.partition}")
-            self.notes.setdefault("leaders_seen", {str(k): v for k, v in answers.items()})
+            notes.setdefault("leader_of", f"{ref.topic}-{ref.partition}")
+            notes.setdefault("leaders_seen", {str(k): v for k, v in answers.items()})
             if leader is None:
                 raise RunError(f"no node that is up names a leader of {ref.topic}-"
                                f"{ref.partition} (answers: {answers})")
             node = self.cluster.node(leader)
-        self.notes["found_ns"] = time.monotonic_ns()
+        notes["found_ns"] = time.monotonic_ns()
         return node
 
     def _named(self, value: Any) -> Node:
@@ -593,8 +658,26 @@ class Run:
     # --- the whole run ----------------------------------------------------------------------
 
     def execute(self, progress: Any) -> None:
-        w = self.s.workload
         self.start_cluster()
+        watching = threading.Event()
+        threading.Thread(target=self.watch_nodes, args=(watching,), name="node-watch",
+                         daemon=True).start()
+        try:
+            self._load(progress)
+            self.finish()
+            if self.s.nodes > 1:
+                self.convergence = converge(
+                    {n.node_id: n.data_dir for n in self.nodes}, self.partition_views,
+                    self.replica_sets(), limits.replicas_converge_timeout_s,
+                    self.deleted_below())
+        finally:
+            watching.set()
+            self.note_exits()
+
+    def _load(self, progress: Any) -> None:
+        """The workload's clients and the nemesis, until the load ends; then every fault
+        undone (and in a cluster, a node that exited by itself started again)."""
+        w = self.s.workload
         if any(s.action == "producer_flood" for s in self.s.steps):
             self.create_topics([{"name": FLOOD_TOPIC, "partitions": self.s.shards,
                                  "config": {}}])
@@ -613,26 +696,77 @@ class Run:
                     total_s -= w.warmup_s
                     nemesis.start()
                 self._backlog_reached()
-                self.check_nodes()
                 self._show(progress, total_s)
         finally:
             stop.set()
             if nemesis.is_alive():
                 nemesis.join(timeout=limits.node_start_timeout_s)
             self.undo_all()
-        self.finish()
-        self.check_nodes()
+            if self.s.nodes > 1:
+                self.revive()
 
-    def check_nodes(self) -> None:
-        """A node that exited while nothing killed or stopped it (a shard that died takes its
-        node down) is a failed run, whatever the clients saw: one error per process."""
+    # --- a node that exits by itself; replicas compared ------------------------------------
+
+    def watch_nodes(self, stopping: threading.Event) -> None:
+        while not stopping.wait(limits.node_watch_s):
+            self.note_exits()
+
+    def note_exits(self) -> None:
+        """Record each node process that ended though nothing of the runner's ended it: its
+        exit code, when, and the log lines that say why."""
+        with self._exits_lock:
+            for node in self.nodes:
+                self._note_exit(node)
+
+    def _note_exit(self, node: Node) -> None:
+        code = node.exited_by_itself()
+        if code is None:
+            return
+        how = f"killed by signal {-code}" if code < 0 else f"exited with code {code}"
+        found: dict[str, Any] = {
+            "node": node.node_id, "how": how, "code": code,
+            "at_s": round(self.elapsed_s(), 3) if self.start_ns else None,
+            "log": node.log_evidence()}
+        self.node_exits.append(found)
+        print(f"node {node.node_id} {how} by itself; its log says: "
+              + " | ".join(found["log"][-3:]), file=sys.stderr, flush=True)
+
+    def revive(self) -> None:
+        """Start again every node that is not running (one that exited by itself: recorded
+        first), so the run goes on with a majority and the replicas can be compared."""
+        self.note_exits()
         for node in self.nodes:
-            how = node.exited_by_itself()
-            if how is None or node.process is None or node.process.pid in self.exits_seen:
-                continue
-            self.exits_seen.add(node.process.pid)
-            self.errors.append(f"node {node.node_id} exited by itself, seen at "
-                               f"{self.elapsed_s():.1f}s ({how})")
+            if not node.alive():
+                try:
+                    node.start()
+                except Exception as e:  # noqa: BLE001 - ClusterError: the run's error
+                    self.errors.append(f"node {node.node_id} could not be started again: {e}")
+
+    def partition_views(self) -> dict[int, Any]:
+        """Each node's `/v1/partitions` answer (None: no answer)."""
+        assert self.cluster is not None
+        return self.cluster.partition_views()
+
+    def deleted_below(self) -> dict[str, int]:
+        """Per partition (`<topic>-<partition>`), the highest offset an acknowledged
+        DeleteRecords moved its log start to."""
+        moved: dict[str, int] = {}
+        for fault in self.faults:
+            extra = fault.get("extra") or {}
+            if extra.get("acknowledged"):
+                topic, partition, offset = extra["deleted_below"]
+                name = f"{topic}-{partition}"
+                moved[name] = max(moved.get(name, 0), offset)
+        return moved
+
+    def replica_sets(self) -> dict[tuple[str, int], list[int]]:
+        """Every partition's replicas as Metadata names them (internal topics if listed)."""
+        from confluent_kafka.admin import AdminClient
+
+        client = AdminClient({"bootstrap.servers": self.bootstrap()})
+        metadata = client.list_topics(timeout=limits.connect_timeout_s)
+        return {(name, p): list(part.replicas) for name, topic in metadata.topics.items()
+                if topic.error is None for p, part in topic.partitions.items()}
 
     def _backlog_reached(self) -> None:
         w = self.s.workload
@@ -643,17 +777,16 @@ class Run:
             self.backlog_pending = False
 
     def _show(self, progress: Any, total_s: float) -> None:
-        with self.live.lock:
-            p = self.live.last.get("producers", {})
-        progress.update(max(0.0, self.elapsed_s()), total_s, p.get("acked", 0) or 0,
-                        p.get("p99_ms") or 0.0, len(self.faults))
+        acked, p99 = self.live.producers()
+        progress.update(max(0.0, self.elapsed_s()), total_s, acked, p99, len(self.faults))
 
     def finish(self) -> None:
-        producers = self.workers.get("producers")
-        if producers is not None:
-            producers.command("stop")
-            if not producers.wait(limits.finish_timeout_s + 30):
-                self.errors.append("the producers did not finish in time (killed)")
+        producers = [w for name, w in self.workers.items() if name.startswith("producers")]
+        for worker in producers:  # they stop together, then each is waited for
+            worker.command("stop")
+        for worker in producers:
+            if not worker.wait(limits.finish_timeout_s + 30):
+                self.errors.append(f"the {worker.name} did not finish in time (killed)")
         if self.consumer_workers:
             try:
                 ends = self.end_offsets()
@@ -675,6 +808,23 @@ class Run:
         for worker in self.workers.values():
             worker.command("stop")
             worker.wait(limits.worker_exit_timeout_s)
+            crashed = worker.crashed()
+            if crashed:  # what it recorded until then is in the history; the rest is not
+                self.errors.append(f"the {worker.name} worker {crashed} "
+                                   f"(see {worker.log_path.name})")
+
+    def cluster_checks(self) -> dict[str, dict[str, Any]]:
+        """The runner's own checks: no node exited by itself; a cluster's replicas agreed
+        after the load (scenarios/replicas.py)."""
+        checks: dict[str, dict[str, Any]] = {
+            "nodes_exited": {"value": len(self.node_exits), "bound": 0,
+                             "ok": not self.node_exits}}
+        if self.convergence is not None:
+            c = self.convergence
+            checks["replicas_converged"] = {
+                "value": round(c.seconds, 1) if c.ok else None,
+                "bound": limits.replicas_converge_timeout_s, "ok": c.ok}
+        return checks
 
     def close(self) -> None:
         for worker in self.workers.values():
@@ -743,7 +893,7 @@ def build_history(out: Path, faults: list[dict[str, Any]]) -> list[Op]:
     for fault in faults:
         ops.append(Op(op="fault", client="nemesis", invoke_ns=fault["start_ns"],
                       complete_ns=fault["end_ns"] or fault["start_ns"], outcome="ok",
-                      name=fault["name"]))
+                      name=fault["name"], extra=dict(fault.get("extra") or {})))
     ops.sort(key=lambda op: op.complete_ns)
     return ops
 
@@ -782,8 +932,11 @@ def _without(op: Op, topics: set[str]) -> Op:
 
 
 def judge(scenario: Scenario, ops: list[Op], faults: list[tuple[str, int, int]] | None = None,
-          errors: list[str] | None = None) -> dict[str, Any]:
-    """The checker's result, reduced to the anomalies this scenario forbids, and the verdict."""
+          errors: list[str] | None = None,
+          cluster_checks: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
+    """The checker's result, reduced to the anomalies this scenario forbids, and the verdict;
+    `cluster_checks` are the runner's own (nodes that exited by themselves, replicas that
+    did not converge), kept with the history's."""
     unchecked = scenario.unchecked_topics
     if unchecked:
         ops = [_without(op, unchecked) for op in ops
@@ -793,7 +946,7 @@ def judge(scenario: Scenario, ops: list[Op], faults: list[tuple[str, int, int]] 
                if found and name in scenario.anomalies}
     tolerated = {name: len(found) for name, found in result["anomalies"].items()
                  if found and name not in scenario.anomalies}
-    checks = dict(result["checks"])
+    checks = {**result["checks"], **(cluster_checks or {})}
     if scenario.min_throughput_ratio is not None and scenario.workload.producer_rate:
         sends = [op for op in ops if op.op == "send" and op.outcome == "ok"]
         span_s = ((max(op.complete_ns for op in sends) - min(op.invoke_ns for op in sends)) / 1e9
@@ -832,7 +985,8 @@ def run(scenario: Scenario, out: Path, quiet: bool = False, keep_data: bool = Fa
     for packed in out.glob("history-*.msgpack"):
         packed.unlink()
     faults = [(f["name"], f["start_ns"], f["end_ns"] or f["start_ns"]) for f in runner.faults]
-    report = judge(scenario, ops, faults, runner.errors)
+    cluster_checks = runner.cluster_checks()
+    report = judge(scenario, ops, faults, runner.errors, cluster_checks)
     report.update(scenario=scenario.name, file=str(scenario.path) if scenario.path else None,
                   mode="real", seed=scenario.seed, steps=runner.step_log,
                   start_ns=runner.start_ns, faults=[list(f) for f in faults],
@@ -844,7 +998,10 @@ def run(scenario: Scenario, out: Path, quiet: bool = False, keep_data: bool = Fa
                            for role, w in runner.workers.items() if w.done},
                   workload={"rate": scenario.workload.producer_rate,
                             "messageSize": scenario.workload.message_size,
-                            "client": scenario.workload.client},
+                            "client": scenario.workload.client,
+                            "clients": list(scenario.workload.clients)},
+                  cluster_checks=cluster_checks, node_exits=runner.node_exits,
+                  replicas=runner.convergence.to_json() if runner.convergence else None,
                   cluster={"nodes": scenario.node_ids, "shards": scenario.shards,
                            "replicas": runner.settings().get("default_replicas", 1),
                            "consumer_bootstrap": scenario.consumer_bootstrap,

@@ -17,13 +17,15 @@ The sections (every field is documented in scenarios/README.md):
   --config`).
 - `workload`: OpenMessaging Benchmark's fields, spelled as OMB spells them, plus `client`
   and its `producerConfig` / `consumerConfig`. A bare OMB workload file (its fields at the top
-  level) runs unchanged: it is read as the `workload` of a one-node cluster.
+  level) runs unchanged: it is read as the `workload` of a one-node cluster. `client` may
+  list several libraries, and their configs be given per library.
 - `steps`: faults on a timeline (`at: 10s`, or `at: 5s..20s`, drawn from the seed) or after
   a condition (`after: {acked: 10000}`), each undone `for:` a time later (`for: 4s..9s`:
   drawn from the seed), by a later `undo:` step, or at the end. A step addresses a node by
   number (`node 2`, `{node: 2}`) or by role, found when the step runs: `leader of orders-0`
   (the leader of partition 0 of `orders`). `link: cut | delay | loss | heal` with `from`,
-  `to` (and `ms` for a delay) changes the links between nodes.
+  `to` (and `ms` for a delay) changes the links between nodes. `chaos: {...}` is a
+  random mix of faults over a window, drawn from the seed here (scenarios/chaos.py).
 - `checks`: the anomalies that may not occur and the bounds of scenarios/checker.py.
 """
 
@@ -39,6 +41,7 @@ from typing import Any
 import jsonschema
 import yaml
 
+from scenarios.chaos import CHAOS_FAULTS, LINK_FAULTS, ChaosPlan, plan
 from scenarios.checker import ANOMALIES, Bounds
 
 __all__ = ["ACTIONS", "LINK_MODES", "Link", "NodeRef", "Scenario", "SpecError", "Step", "Target",
@@ -57,6 +60,7 @@ ACTIONS = {
     "delete_topic": "recreate",  # delete a topic under load; undo: create it again
     "add_partitions": "",        # CreatePartitions under load
     "link": "heal",              # cut, delay or one-way drop the links between nodes
+    "chaos": "end",              # a random mix of faults over a window (scenarios/chaos.py)
 }
 # `link:` modes: cut (both ways), loss (from -> to only), delay (both ways), heal (not undone).
 LINK_MODES = ("cut", "delay", "loss", "heal")
@@ -87,6 +91,11 @@ _nodes = {"oneOf": [_node_ref, {"const": "others"},
                     {"type": "array", "items": _node_ref, "minItems": 1}]}
 _config_map = {"type": "object", "additionalProperties": {"type": ["string", "number",
                                                                    "boolean"]}}
+CLIENTS = ("confluent-kafka", "kafka-python", "aiokafka")
+# A client's settings in its own spelling: one map for every client, or one per client.
+_client_config = {"anyOf": [_config_map, {"type": "object", "minProperties": 1,
+                                          "propertyNames": {"enum": list(CLIENTS)},
+                                          "additionalProperties": _config_map}]}
 
 
 def _action(props: dict[str, Any], required: list[str] | None = None) -> dict[str, Any]:
@@ -108,6 +117,18 @@ _ACTION_SCHEMAS: dict[str, Any] = {
                                "count": {"type": "integer", "minimum": 1}}, ["topic", "count"]),
     "link": {"enum": list(LINK_MODES)},
 }
+_range = {"oneOf": [_duration, {"type": "string", "pattern": _RANGE}]}
+_ACTION_SCHEMAS["chaos"] = _action({
+    "faults": {"oneOf": [
+        {"type": "array", "items": {"enum": list(CHAOS_FAULTS)}, "minItems": 1,
+         "uniqueItems": True},
+        {"type": "object", "propertyNames": {"enum": list(CHAOS_FAULTS)}, "minProperties": 1,
+         "additionalProperties": {"type": "integer", "minimum": 0}}]},
+    "gap": _range, "length": _range,
+    "leaders": {"type": "number", "minimum": 0, "maximum": 1},
+    "topic": {"type": "string", "minLength": 1},
+    "records": {"type": "array", "items": {"type": "string", "minLength": 1}, "minItems": 1},
+})
 # Keys of a `link` step beside its mode.
 _LINK_KEYS = {"from": _nodes, "to": _nodes, "ms": {"type": "number", "minimum": 0}}
 
@@ -146,14 +167,18 @@ _WORKLOAD = {
         "testDurationSeconds": {"type": "number", "exclusiveMinimum": 0},
         "warmupDurationMinutes": {"type": "number", "minimum": 0},
         "messageRateReceivedForSubscription": {"type": "integer"},
-        "client": {"enum": ["confluent-kafka", "kafka-python", "aiokafka"]},
-        "producerConfig": _config_map,
-        "consumerConfig": _config_map,
+        "client": {"oneOf": [{"enum": list(CLIENTS)},
+                             {"type": "array", "items": {"enum": list(CLIENTS)},
+                              "minItems": 1, "uniqueItems": True}]},
+        "producerConfig": _client_config,
+        "consumerConfig": _client_config,
     },
     "additionalProperties": False,
 }
 
 _TOPIC = _action({"name": {"type": "string", "minLength": 1},
+                  "clients": {"type": "array", "items": {"enum": list(CLIENTS)},
+                              "minItems": 1, "uniqueItems": True},
                   "partitions": {"type": "integer", "minimum": 1},
                   "replicas": {"type": "integer", "minimum": 1},
                   "config": _config_map}, ["name"])
@@ -215,9 +240,25 @@ class Workload:
     consumer_backlog_bytes: int
     key_distributor: str = "NO_KEY"
     payload: bytes | None = None  # from payloadFile; None: random bytes from the seed
-    client: str = "confluent-kafka"
+    client: str = "confluent-kafka"  # the first of `clients`
     producer_config: dict[str, Any] = field(default_factory=dict)
     consumer_config: dict[str, Any] = field(default_factory=dict)
+    # Every client library the load uses: producer i and subscription i use clients[i % n].
+    clients: tuple[str, ...] = ()
+
+    def producer_config_for(self, client: str) -> dict[str, Any]:
+        return _config_for(self.producer_config, client)
+
+    def consumer_config_for(self, client: str) -> dict[str, Any]:
+        return _config_for(self.consumer_config, client)
+
+
+def _config_for(config: dict[str, Any], client: str) -> dict[str, Any]:
+    """A client's settings from `producerConfig` / `consumerConfig`: the map itself, or its
+    entry for the client when it has one per client."""
+    if config and all(isinstance(v, dict) for v in config.values()):
+        return dict(config.get(client) or {})
+    return dict(config)
 
 
 @dataclass(frozen=True)
@@ -314,6 +355,13 @@ class Scenario:
     def node_ids(self) -> list[int]:
         return node_ids(self.nodes)
 
+    def clients_of(self, topic: str) -> tuple[str, ...]:
+        """The client libraries that write and read a topic: its `clients`, or all."""
+        for t in self.topics:
+            if t["name"] == topic and "clients" in t:
+                return tuple(t["clients"])
+        return self.workload.clients or (self.workload.client,)
+
     @property
     def skip_topics(self) -> set[str]:
         """Topics whose gaps are by design (compacted): no poll-skip there."""
@@ -322,9 +370,12 @@ class Scenario:
 
     @property
     def unchecked_topics(self) -> set[str]:
-        """Topics a step deletes: their acknowledged records go with them and a re-created
-        topic's offsets start again, so the checker leaves them out (their load stays)."""
-        return {s.arg for s in self.steps if s.action == "delete_topic"}
+        """Topics a step deletes (a `delete_topic` step, a chaos step's `recreate_topic`):
+        their acknowledged records go with them and a re-created topic's offsets start
+        again, so the checker leaves them out (their load stays)."""
+        return {s.arg for s in self.steps if s.action == "delete_topic"} | {
+            s.arg.topic for s in self.steps if s.action == "chaos" and s.arg.topic is not None
+            and any(f.kind == "recreate_topic" for f in s.arg.faults)}
 
 
 def load(path: str | Path, seed: int | None = None,
@@ -420,6 +471,7 @@ def _build(doc: dict[str, Any], root: Any, path: Path | None, where: str, seed: 
                               f"{t['replicas']} replicas need as many nodes, not {nodes}")
     topics = [{"name": t["name"], "partitions": t.get("partitions", partitions),
                **({"replicas": t["replicas"]} if "replicas" in t else {}),
+               **({"clients": tuple(t["clients"])} if "clients" in t else {}),
                "config": {k: str(v) for k, v in (t.get("config") or {}).items()}}
               for t in topics_section]  # without `replicas`: the cluster's default_replicas
     topics += [{"name": n, "partitions": partitions, "config": {}}
@@ -427,6 +479,13 @@ def _build(doc: dict[str, Any], root: Any, path: Path | None, where: str, seed: 
     payload = None
     if "payloadFile" in w:
         payload = _payload(w["payloadFile"], path, w.get("messageSize", 1024))
+    chosen = w.get("client", CLIENTS[0])
+    clients = tuple(chosen) if isinstance(chosen, list) else (chosen,)
+    for i, t in enumerate(topics_section):
+        for k, client in enumerate(t.get("clients", ())):
+            if client not in clients:
+                raise _FieldError(["topics", i, "clients", k], f"{client!r} is not one of the "
+                                  f"workload's clients ({', '.join(clients)})")
     minutes = w.get("testDurationMinutes")
     written = float(w.get("testDurationSeconds") or (minutes * 60 if minutes else 60.0))
     length = duration_s or written
@@ -442,12 +501,13 @@ def _build(doc: dict[str, Any], root: Any, path: Path | None, where: str, seed: 
         warmup_s=float(w.get("warmupDurationMinutes", 0)) * 60 if not duration_s else 0.0,
         consumer_backlog_bytes=int(float(w.get("consumerBacklogSizeGB", 0)) * 2**30),
         key_distributor=w.get("keyDistributor", "NO_KEY"), payload=payload,
-        client=w.get("client", "confluent-kafka"),
+        client=clients[0], clients=clients,
         producer_config=dict(w.get("producerConfig") or {}),
         consumer_config=dict(w.get("consumerConfig") or {}),
     )
     steps = _steps(doc.get("steps") or [], mode, random.Random(seed), written,
-                   {t["name"]: t["partitions"] for t in topics}, scale, node_ids(nodes))
+                   {t["name"]: t["partitions"] for t in topics}, scale, node_ids(nodes),
+                   shards=cluster.get("shards", 2), workload_topics=workload_topics)
     checks = doc.get("checks") or {}
     listed = checks.get("anomalies", "all")
     failing = tuple(ANOMALIES if listed == "all" else listed)
@@ -463,13 +523,14 @@ def _build(doc: dict[str, Any], root: Any, path: Path | None, where: str, seed: 
         anomalies=failing, min_throughput_ratio=checks.get("min_throughput_ratio"),
         seed=seed, document=doc, consumer_bootstrap=cluster.get("consumer_bootstrap", "all"),
         link_proxies=bool(cluster.get("link_proxies"))
-        or any(s.action == "link" for s in steps),
+        or any(s.action == "link" or (s.action == "chaos" and any(
+            f.kind in LINK_FAULTS for f in s.arg.faults)) for s in steps),
     )
 
 
 def _steps(raw: list[dict[str, Any]], mode: str, rng: random.Random, duration_s: float,
-           topics: dict[str, int], scale: float = 1.0, nodes: list[int] | None = None
-           ) -> list[Step]:
+           topics: dict[str, int], scale: float = 1.0, nodes: list[int] | None = None,
+           shards: int = 1, workload_topics: list[str] | None = None) -> list[Step]:
     """The steps in order; `topics` maps each topic to its partitions, `nodes` the node ids."""
     if mode == "simulated":
         return []  # scenarios/sim/ reads its own steps from the document
@@ -495,8 +556,13 @@ def _steps(raw: list[dict[str, Any]], mode: str, rng: random.Random, duration_s:
         elif "for" in s and not _undone_action(action, s):
             raise _FieldError(["steps", i, "for"],
                               f"{_said(action, s)} is not undone, so takes no `for`")
+        for_s = _drawn(s, "for", i, rng) if "for" in s else None
         arg = _link(s, i, nodes, topics) if action == "link" else s[action]
-        if action != "link":
+        if action == "chaos":
+            window = for_s if for_s is not None else duration_s - (at_s or 0.0)
+            arg = _chaos(s["chaos"], ["steps", i, "chaos"], rng, window * scale, nodes,
+                         shards, topics, workload_topics or list(topics))
+        elif action != "link":
             stray = [k for k in _LINK_KEYS if k in s]
             if stray:
                 raise _FieldError(["steps", i, stray[0]], "only a `link` step takes "
@@ -509,8 +575,7 @@ def _steps(raw: list[dict[str, Any]], mode: str, rng: random.Random, duration_s:
             after["previous"] = _seconds(after["previous"]) * scale
         steps.append(Step(index=i, name=name, action=action, arg=arg,
                           at_s=None if at_s is None else round(at_s * scale, 3), after=after,
-                          for_s=_drawn(s, "for", i, rng) * scale if "for" in s else None,
-                          undo=undo))
+                          for_s=for_s * scale if for_s is not None else None, undo=undo))
     return steps
 
 
@@ -535,6 +600,43 @@ def _drawn(s: dict[str, Any], key: str, i: int, rng: random.Random) -> float:
     return _seconds(s[key])
 
 
+def _chaos(spec: dict[str, Any], keys: list[Any], rng: random.Random, window_s: float,
+           nodes: list[int], shards: int, topics: dict[str, int], workload_topics: list[str]
+           ) -> ChaosPlan:
+    """A chaos step's faults, drawn now (scenarios/chaos.py), once what they name exists."""
+    kinds = set(spec.get("faults") or CHAOS_FAULTS)
+    if len(nodes) < 2 and kinds & set(LINK_FAULTS):
+        raise _FieldError([*keys, "faults"], f"{sorted(kinds & set(LINK_FAULTS))} join two "
+                          "nodes: set `cluster.nodes` to 2 or more")
+    topic = spec.get("topic")
+    if "recreate_topic" in kinds and topic is None:
+        raise _FieldError(keys, "recreate_topic needs `topic`: the topic it deletes and makes "
+                          "again (left out of the checker)")
+    if topic is not None and topic not in topics:
+        raise _FieldError([*keys, "topic"], f"no topic {topic!r} in this scenario")
+    for k, name in enumerate(spec.get("records") or ()):
+        if name not in topics:
+            raise _FieldError([*keys, "records", k], f"no topic {name!r} in this scenario")
+        if name == topic:
+            raise _FieldError([*keys, "records", k], f"{name!r} is deleted and made again: "
+                              "DeleteRecords goes to a topic the checker reads")
+    if "delete_records" in kinds and not [t for t in workload_topics if t != topic] \
+            and not spec.get("records"):
+        raise _FieldError(keys, "delete_records needs a topic besides `topic`")
+    for key in ("gap", "length"):
+        if key in spec and _range_s(spec[key])[1] < _range_s(spec[key])[0]:
+            raise _FieldError([*keys, key], "a range runs from low to high")
+    return plan(spec, rng, window_s, nodes, shards, topics, workload_topics, _range_s)
+
+
+def _range_s(value: Any) -> tuple[float, float]:
+    """A time ('5s') or a range ('2s..9s') as (low, high) seconds."""
+    if isinstance(value, str) and ".." in value:
+        low, high = (_seconds(x) for x in value.split(".."))
+        return low, high
+    return _seconds(value), _seconds(value)
+
+
 def _undone_action(action: str, s: dict[str, Any]) -> bool:
     return bool(ACTIONS[action]) and not (action == "link" and s["link"] == "heal")
 
@@ -547,6 +649,8 @@ def _undone(step: Step) -> bool:
 def _said(action: str, s: dict[str, Any]) -> str:
     """A step's default name: 'kill leader of t-0', 'link loss node 1 -> others'."""
     value = s[action]
+    if action == "chaos":
+        return "chaos"
     if action == "link":
         ends = [_ends_said(s[k]) for k in ("from", "to") if k in s]
         arrow = " -> " if value == "loss" else " <-> "

@@ -25,6 +25,10 @@ Each sent value begins with its 20-byte stamp `<client>-<n>` (space-padded), the
 workload's payload; a consumer reads the stamp back. The values are therefore unique per run,
 which is what the checker needs to tell a duplicate from two writes.
 
+A send still without an answer when the producers stop (kafka-python's and aiokafka's
+flush ran out of time) is recorded as unknown: it may have been written, and a consumer may
+read it.
+
 Commands: `stop` (producers: stop sending, wait for what is in flight; consumers: stop now),
 `pause I` / `resume I` (consumer I stops reading: the slow-consumer fault), `drain JSON`
 (consumers: read until every subscription's position reaches these end offsets, then stop).
@@ -35,6 +39,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import json
+import logging
 import os
 import queue
 import random
@@ -46,6 +51,7 @@ from functools import partial
 from typing import Any
 
 import msgpack
+from confluent_kafka import KafkaException
 from confluent_kafka import Message as _Message
 
 from scenarios import limits
@@ -171,6 +177,9 @@ class ConfluentProducers:
         except BufferError:  # the client's queue is full: never sent
             self._record(index, n, invoke, FAILED, -1, None)
             producer.poll(0.001)
+        except KafkaException as e:  # refused before queueing (a topic deleted meanwhile)
+            code = e.args[0].name() if e.args else ""
+            self._record(index, n, invoke, FAILED if code in _NEVER_SENT else UNKNOWN, -1, None)
 
     def _done(self, index: int, n: int, invoke: int, err: Any, msg: Any) -> None:
         if err is None:
@@ -226,6 +235,7 @@ class KafkaPythonProducers(ConfluentProducers):
         self.recorder, self.stats = recorder, stats
         recorder.header({"producers": config["producers"]})
         self._completed: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self._pending: dict[tuple[int, int], int] = {}  # sent, no answer yet: -> invoke_ns
 
     def send(self, index: int, n: int, value: bytes, key: bytes | None) -> None:
         _, topic, producer = self.clients[index]
@@ -235,6 +245,7 @@ class KafkaPythonProducers(ConfluentProducers):
         except Exception:  # noqa: BLE001 - refused before sending (buffer full, too large)
             self._record(index, n, invoke, FAILED, -1, None)
             return
+        self._pending[(index, n)] = invoke
         # Callbacks run on the client's I/O thread: hand them to the sending thread.
         future.add_callback(lambda md: self._completed.put(
             partial(self._record, index, n, invoke, OK, md.partition, md.offset)))
@@ -253,11 +264,32 @@ class KafkaPythonProducers(ConfluentProducers):
             except queue.Empty:
                 return
 
+    def _record(self, index: int, n: int, invoke: int, outcome: int, partition: int,
+                offset: int | None) -> None:
+        self._pending.pop((index, n), None)
+        super()._record(index, n, invoke, outcome, partition, offset)
+
     def finish(self, timeout_s: float) -> None:
+        from kafka.errors import KafkaTimeoutError
+
+        deadline = time.monotonic() + timeout_s
         for _, _, producer in self.clients:
-            producer.flush(timeout=timeout_s)
-            producer.close(timeout=1.0)
+            try:
+                producer.flush(timeout=max(0.0, deadline - time.monotonic()))
+                producer.close(timeout=1.0)
+            except KafkaTimeoutError:  # still in flight: unknown, below
+                pass
         self.serve()
+        self._unanswered()
+
+    def _unanswered(self) -> None:
+        """Sends still without an answer when the producers stop: they may have been written
+        (a consumer may read them), so they are recorded, as unknown."""
+        if self._pending:
+            print(f"{len(self._pending)} sends without an answer at the end: unknown",
+                  file=sys.stderr, flush=True)
+        for (index, n), invoke in list(self._pending.items()):
+            self._record(index, n, invoke, UNKNOWN, -1, None)
 
 
 def run_producers(config: dict[str, Any], recorder: Recorder, stats: Stats,
@@ -550,6 +582,7 @@ class AioKafkaProducers(KafkaPythonProducers):
         self.aio = _AioLoop()
         self.recorder, self.stats = recorder, stats
         self._completed = queue.SimpleQueue()
+        self._pending = {}
         settings = {"bootstrap_servers": config["bootstrap"], "acks": "all", "linger_ms": 5,
                     "enable_idempotence": True, "request_timeout_ms": limits.send_timeout_ms,
                     "metadata_max_age_ms": limits.metadata_refresh_ms, **config["producer_config"]}
@@ -572,6 +605,7 @@ class AioKafkaProducers(KafkaPythonProducers):
         _, topic, producer = self.clients[index]
         appending = self._appending[index]
         invoke = time.monotonic_ns()
+        self._pending[(index, n)] = invoke
 
         async def one() -> None:
             try:
@@ -591,11 +625,16 @@ class AioKafkaProducers(KafkaPythonProducers):
             self.aio.call(producer.send_and_wait(warmup_topic, b"warm-up"))
 
     def finish(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
         for _, _, producer in self.clients:
-            self.aio.call(producer.flush(), timeout_s)
-            self.aio.call(producer.stop(), timeout_s)
+            try:
+                self.aio.call(producer.flush(), max(0.0, deadline - time.monotonic()))
+                self.aio.call(producer.stop(), max(1.0, deadline - time.monotonic()))
+            except TimeoutError:  # still in flight: unknown, below
+                pass
         time.sleep(0.1)
         self.serve()
+        self._unanswered()
 
 
 class AioKafkaConsumers(ConfluentConsumers):
@@ -629,12 +668,24 @@ class AioKafkaConsumers(ConfluentConsumers):
                 return consumer
 
             self.members.append((name, group, self.aio.call(make())))
+        self._getting: dict[int, tuple[int, Any]] = {}  # a getmany still waiting, per member
 
     def poll(self, index: int, timeout_s: float) -> None:
+        """aiokafka's `getmany` waits for an assignment however short its timeout (a group
+        rebalancing while its coordinator is down: a minute and more under faults): one
+        still waiting is waited for again on the next turn, not given up on nor doubled."""
         consumer = self.members[index][2]
-        invoke = time.monotonic_ns()
-        batches = self.aio.call(consumer.getmany(timeout_ms=int(timeout_s * 1000),
-                                                 max_records=limits.poll_records_max))
+        waiting = self._getting.pop(index, None)
+        if waiting is None:
+            waiting = (time.monotonic_ns(), asyncio.run_coroutine_threadsafe(
+                consumer.getmany(timeout_ms=int(timeout_s * 1000),
+                                 max_records=limits.poll_records_max), self.aio.loop))
+        invoke, future = waiting
+        try:
+            batches = future.result(timeout_s + limits.poll_timeout_s)
+        except TimeoutError:
+            self._getting[index] = waiting
+            return
         self._record_batches(index, invoke, batches)
 
     def positions(self, index: int) -> dict[tuple[str, int], int]:
@@ -694,10 +745,26 @@ ROLES: dict[str, Callable[..., None]] = {
     "producers": run_producers, "consumers": run_consumers, "flood": run_flood}
 
 
+# The client libraries' loggers kept at INFO in the worker's log: where a consumer's position
+# moved without a rebalance (an offset reset, a truncation found by OffsetForLeaderEpoch),
+# which a history's nonmonotonic-poll alone does not explain.
+CLIENT_INFO_LOGGERS = ("kafka.consumer.fetcher", "aiokafka.consumer.fetcher")
+
+
+def _client_logs() -> None:
+    """kafka-python's and aiokafka's warnings (and their fetchers' resets) on stderr, which is
+    the worker's log; librdkafka writes its own there."""
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    for name in CLIENT_INFO_LOGGERS:
+        logging.getLogger(name).setLevel(logging.INFO)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     with open(argv[0], encoding="utf-8") as f:
         config = json.load(f)
+    _client_logs()
     stats = Stats()
     recorder = Recorder(config["history"], stats, config.get("recording", True))
     commands: queue.SimpleQueue[str] = queue.SimpleQueue()

@@ -49,6 +49,13 @@ class History:
                            name=name))
         return self
 
+    def delete_records(self, below: int, partition: int = 0) -> History:
+        """DeleteRecords asked now: every record of the partition below `below` goes."""
+        start, end = self._times(1)
+        self.ops.append(Op("fault", "nemesis", start, end, "ok", name=f"delete below {below}",
+                           extra={"deleted_below": ["t", partition, below]}))
+        return self
+
 
 def found(history: History, **kwargs: object) -> dict[str, list[dict[str, object]]]:
     """The anomalies found, only those with cases."""
@@ -141,6 +148,41 @@ def test_poll_skip_only_over_offsets_known_to_exist() -> None:
     assert found(h, skip_topics=["t"]) == {}
 
 
+def test_records_delete_records_took_are_not_lost_nor_skipped() -> None:
+    # Acknowledged at 0..3; DeleteRecords below 3; a consumer that was at 0 is reset to the
+    # new log start and reads 3: neither the records it never read nor its jump is a finding.
+    h = History().send("p0", "p0-0", 0).send("p0", "p0-1", 1).send("p0", "p0-2", 2)
+    h.send("p0", "p0-3", 3).poll("c0", (0, "p0-0")).delete_records(3).poll("c0", (3, "p0-3"))
+    result = check(h.ops)
+    assert result.valid, result.anomalies
+    assert result.figures["records_deleted_below"] == {"t-0": 3}
+    # Without the deletion the same reads are a loss and a skip.
+    h = History().send("p0", "p0-0", 0).send("p0", "p0-1", 1).send("p0", "p0-2", 2)
+    h.send("p0", "p0-3", 3).poll("c0", (0, "p0-0")).poll("c0", (3, "p0-3"))
+    assert set(found(h)) == {"lost-write", "poll-skip"}
+
+
+def test_delete_records_excuses_only_below_its_offset_and_after_it_was_asked() -> None:
+    # Below 2 deleted: the record at 2 that the consumer jumped over is still a skip and a
+    # loss; another partition is untouched by it.
+    h = History().send("p0", "p0-0", 0).send("p0", "p0-1", 1).send("p0", "p0-2", 2)
+    h.send("p0", "p0-3", 3).poll("c0", (0, "p0-0")).delete_records(2).poll("c0", (3, "p0-3"))
+    assert found(h) == {
+        "lost-write": [{"value": "p0-2", "topic": "t", "partition": 0, "offset": 2,
+                        "read_up_to": 3}],
+        "poll-skip": [{"client": "c0", "topic": "t", "partition": 0, "previous": 0, "next": 3,
+                       "value": "p0-3", "skipped": 1, "offsets": [2]}]}
+    # A skip made before the deletion was asked for is a skip all the same.
+    h = History().send("p0", "p0-0", 0).send("p0", "p0-1", 1).send("p0", "p0-2", 2)
+    h.poll("c0", (0, "p0-0")).poll("c0", (2, "p0-2")).delete_records(2)
+    assert list(found(h)) == ["poll-skip"]
+    h = History().send("p0", "p0-0", 0).send("p1", "p1-0", 0, partition=1)
+    h.send("p1", "p1-1", 1, partition=1).delete_records(1, partition=0)
+    h.poll("c0", (1, "p1-1"), partition=1)
+    assert found(h)["lost-write"] == [{"value": "p1-0", "topic": "t", "partition": 1,
+                                       "offset": 0, "read_up_to": 1}]
+
+
 def test_latency_outside_faults_recovery_and_bounds() -> None:
     h = History()
     for i in range(10):
@@ -174,7 +216,7 @@ def test_a_fault_never_recovered_from_fails_its_bound() -> None:
 
 
 def test_history_round_trip_and_bad_lines(tmp_path: Path) -> None:
-    h = clean().fault("restart", 1, 2).assign("c0")
+    h = clean().fault("restart", 1, 2).assign("c0").delete_records(1)
     path = tmp_path / "history.jsonl"
     write_history(path, h.ops)
     assert read_history(path) == h.ops

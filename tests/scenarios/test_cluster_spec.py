@@ -244,10 +244,11 @@ def test_a_node_that_exits_by_itself_fails_the_run_once_and_a_killed_one_does_no
         node.process = subprocess.Popen(command, start_new_session=True)
     cluster.nodes[1].process.wait()
     run.do(run.s.steps[0])  # kill -9 of node 2: its exit is the step's (not undone here)
-    run.check_nodes()
-    run.check_nodes()
-    [error] = run.errors  # once, though looked at twice
-    assert error.startswith("node 1 exited by itself, seen at ")
-    assert error.endswith("(exit code 1: 2026-01-01 00:00:00,000 ERROR krill.supervisor: shard 1 "
-                          "(pid 7) was killed by signal 6; stopping the node)")
+    run.note_exits()
+    run.note_exits()
+    [found] = run.node_exits  # once, though looked at twice
+    assert (found["node"], found["how"], found["code"]) == (1, "exited with code 1", 1)
+    assert found["log"] == ["2026-01-01 00:00:00,000 ERROR krill.supervisor: shard 1 (pid 7) "
+                            "was killed by signal 6; stopping the node"]
+    assert run.cluster_checks()["nodes_exited"] == {"value": 1, "bound": 0, "ok": False}
     assert not cluster.nodes[2].alive() and cluster.nodes[3].alive()
