@@ -180,24 +180,29 @@ def _dropped(cluster: Cluster) -> dict[int, dict[str, float]]:
 
 def test_a_delete_and_a_create_that_reach_a_shard_together_leave_a_live_group(
         cluster: Cluster) -> None:
-    """Node 3 is paused while T is deleted and created again, so when it resumes its
-    controller applies both in one go and its shard gets one table with the new T in the
+    """A follower's node is paused while T is deleted and created again, so when it resumes
+    its controller applies both in one go and its shard gets one table with the new T in the
     old one's place: the old replica's cleanup must not stop the new replica's clock. Then
-    the leader (node 1) is killed: nodes 2 and 3 must elect one at once."""
+    the leader (node 1) is killed: the other two must elect one at once. (The paused node is
+    not the controller's leader: clients send DeleteTopics to it, and a paused node answers
+    nothing until their request timeout.)"""
     _create(cluster, NewTopic("T", 1, replica_assignment=[[1, 2, 3]]))
     wait_until(lambda: cluster.wait_leader("T", 0) == 1, 30, "node 1 leads T-0")
     _produce(cluster.bootstrap(), "T", [(0, b"old-%d" % i) for i in range(20)])
     cluster.wait_replicas_converged("T", 1)
+    controller = cluster[1].metadata([]).controller_id
+    paused, other = (2, 3) if controller == 3 else (3, 2)
 
-    cluster[3].pause()
-    _delete(cluster, "T", 1, 2)
-    new_id = _create(cluster, NewTopic("T", 1, replica_assignment=[[1, 2, 3]]), 1, 2)
-    cluster[3].resume()
-    wait_until(lambda: _topic_id_on(cluster, 3, "T") == new_id, 30, "node 3 has the new T")
+    cluster[paused].pause()
+    _delete(cluster, "T", 1, other)
+    new_id = _create(cluster, NewTopic("T", 1, replica_assignment=[[1, 2, 3]]), 1, other)
+    cluster[paused].resume()
+    wait_until(lambda: _topic_id_on(cluster, paused, "T") == new_id, 30,
+               f"node {paused} has the new T")
     wait_until(lambda: cluster.wait_leader("T", 0) == 1, 30, "node 1 leads the new T-0")
     new = _produce(cluster.bootstrap(), "T", [(0, b"new-%d" % i) for i in range(10)])
-    wait_until(lambda: _stored_values(cluster, 3, "T", 0) == list(new.values()), 30,
-               "node 3's replica follows the new T")
+    wait_until(lambda: _stored_values(cluster, paused, "T", 0) == list(new.values()), 30,
+               f"node {paused}'s replica follows the new T")
 
     cluster[1].kill9()
     killed = time.monotonic()
