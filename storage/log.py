@@ -68,6 +68,7 @@ from storage.flush import FlushAccounting, FlushTicket
 from storage.header_scan import HeaderScan
 from storage.metadata_file import read_json, write_atomic_at
 from storage.page_cache import NotCached, cached, no_readahead
+from storage.partition_dir import FILE_NAME as PARTITION_METADATA
 from storage.recovery import load_epochs, open_segments
 from storage.replica import CutTicket, ReplicaAccounting, replicated_batches
 from storage.retention import SegmentSummary
@@ -274,6 +275,10 @@ class DiskLog(FlushAccounting, ReplicaAccounting):
         self._dir_fd = os.open(directory, os.O_RDONLY)
         self._dir_dirty = False  # segment files created or removed since the last ticket
         self._parent_dirty = False  # the directory's own entry is to be synced (after open)
+        # The directory's partition.metadata (storage/partition_dir.py), written without an
+        # fsync: open while the log is, and synced by the first ticket.
+        self._metadata_fd: int | None = None
+        self._metadata_dirty = False
         self._ticket: FlushTicket | None = None
         self._ticket_segments: set[Segment] = set()  # whose fds the ticket out syncs
         self._truncated_to: int | None = None  # lowest truncation while a ticket is out
@@ -307,13 +312,20 @@ class DiskLog(FlushAccounting, ReplicaAccounting):
         of a clean file costs little) and so does the directory, with its parent, where the
         partition's own directory entry is: flushed_offset stays at the log start until the
         first flush ticket, which syncs them all, completes. The indexes are left out: they
-        are hints that recovery rebuilds when they disagree with the log."""
+        are hints that recovery rebuilds when they disagree with the log. The directory's
+        partition.metadata (storage/partition_dir.py, written without an fsync on the loop) is
+        synced by that ticket too, so no flushed offset ever precedes it."""
         self.flushed_offset = self.log_start_offset
         for segment in segments:
             segment.dirty = True
             self._unsynced.add(segment)
         self._dir_dirty = True
         self._parent_dirty = True
+        try:
+            self._metadata_fd = os.open(self.directory / PARTITION_METADATA, os.O_RDONLY)
+            self._metadata_dirty = True
+        except FileNotFoundError:
+            self._metadata_fd = None
 
     @property
     def segment_base_offsets(self) -> list[int]:
@@ -473,6 +485,9 @@ class DiskLog(FlushAccounting, ReplicaAccounting):
             self._dir_dirty = False
         parents = [self.directory.parent] if self._parent_dirty else []
         self._parent_dirty = False
+        if self._metadata_dirty and self._metadata_fd is not None:
+            fds.append(self._metadata_fd)
+            self._metadata_dirty = False
         self._ticket = FlushTicket(self.written_offset, fds, parents)
         self._truncated_to = None
         return self._ticket
@@ -485,6 +500,7 @@ class DiskLog(FlushAccounting, ReplicaAccounting):
         self._ticket_segments = set()
         self._dir_dirty = True
         self._parent_dirty = True  # in case the ticket was the first: rare, and costs little
+        self._metadata_dirty = self._metadata_fd is not None
 
     # Reading -------------------------------------------------------------------------------
 
@@ -738,6 +754,8 @@ class DiskLog(FlushAccounting, ReplicaAccounting):
         for segment in self._segments + self._retired:
             segment.close()
         os.close(self._dir_fd)
+        if self._metadata_fd is not None:
+            os.close(self._metadata_fd)
 
     # Compaction ----------------------------------------------------------------------------
 

@@ -22,7 +22,11 @@ since KIP-516:
                                          version before topic ids)
 
 The file is written before any segment, so a directory with segments and no file was made
-before topic ids existed, never by an interrupted start.
+before topic ids existed, never by an interrupted start. It is written (temp file, rename)
+without an fsync on the shard's loop: the log's first flush ticket syncs it, with the
+directory and its entry in the data directory (storage/log.py), off the loop and before
+anything in the log counts as flushed, so no acknowledged record is ever in a directory whose
+file a power loss could take.
 """
 
 from __future__ import annotations
@@ -34,8 +38,6 @@ import os
 import uuid
 from pathlib import Path
 from typing import NamedTuple
-
-from storage.metadata_file import fsync_directory, write_atomic_at
 
 __all__ = ["FILE_NAME", "TRASH_SUFFIX", "Claim", "Claimed", "claim", "encode_topic_id",
            "move_to_trash", "read_topic_id"]
@@ -86,18 +88,17 @@ def read_topic_id(directory: Path) -> bytes | None:
 
 
 def _write(directory: Path, topic_id: bytes) -> None:
+    """Written whole under a temp name, then renamed (recovery removes a leftover temp file);
+    synced by the log's first flush (module docstring)."""
     data = f"version: {_VERSION}\ntopic_id: {encode_topic_id(topic_id)}\n".encode()
-    dir_fd = os.open(directory, os.O_RDONLY)
-    try:
-        write_atomic_at(dir_fd, FILE_NAME, data)
-    finally:
-        os.close(dir_fd)
+    temp = directory / (FILE_NAME + ".tmp")
+    temp.write_bytes(data)
+    os.replace(temp, directory / FILE_NAME)
 
 
 def _make(directory: Path, topic_id: bytes) -> None:
     directory.mkdir(parents=True)
     _write(directory, topic_id)
-    fsync_directory(directory.parent)  # the directory's own name
 
 
 def claim(directory: Path, topic_id: bytes) -> Claimed:

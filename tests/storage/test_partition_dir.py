@@ -3,8 +3,10 @@ of another incarnation of the topic name is never taken as ours."""
 
 from __future__ import annotations
 
+import os
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -17,6 +19,8 @@ from storage.partition_dir import (
     encode_topic_id,
     read_topic_id,
 )
+from wire.record_batch import iter_batches
+from wire.records import build_batch
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -79,3 +83,49 @@ def test_the_log_ignores_the_file(tmp_path: Path) -> None:
     DiskLog.open(directory).close()
     DiskLog.open(directory).close()
     assert read_topic_id(directory) == NEW
+
+
+def test_the_file_is_synced_by_the_logs_first_flush_before_anything_counts_as_flushed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """claim() writes without an fsync (it runs on the shard's loop); the log's first flush
+    ticket syncs the file, off the loop, before its first offset counts as flushed, and a
+    failed ticket leaves it to the next."""
+    directory = tmp_path / "t-0"
+    claim(directory, NEW)
+    log = DiskLog.open(directory)
+    log.append(*_one_batch())
+    synced: list[str] = []
+
+    def record(fd: int) -> None:
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+
+    def fail(_fd: int) -> None:
+        raise OSError(5, "EIO")
+
+    monkeypatch.setattr(os, "fdatasync", fail)
+    ticket = log.flush_prepare()
+    assert ticket is not None
+    with pytest.raises(OSError):
+        ticket.run()
+    log.flush_abandoned(ticket)
+    monkeypatch.setattr(os, "fdatasync", record)
+    ticket = log.flush_prepare()
+    assert ticket is not None and log.flushed_offset == 0
+    ticket.run()
+    log.flush_complete(ticket)
+    assert str(directory / FILE_NAME) in synced
+    assert log.flushed_offset == 1
+    os.rename(directory, tmp_path / "t-0.x-delete")  # deleted: the log goes on, on its fds
+    synced.clear()
+    log.append(*_one_batch())
+    ticket = log.flush_prepare()
+    assert ticket is not None
+    ticket.run()
+    assert not any(path.endswith(FILE_NAME) for path in synced)  # once is enough
+    log.flush_complete(ticket)
+    log.close()
+
+
+def _one_batch() -> tuple[bytearray, list[Any], int, int]:
+    batch = bytearray(build_batch([(None, b"v", [])]))
+    return batch, iter_batches(batch), 0, 0
