@@ -57,16 +57,15 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from scenarios import limits
+from scenarios.node_ref import NodeRef
 from scenarios.power_loss import cachestat_available, lose_unsynced
 from scenarios.replicas import behind, leaders_high_watermarks, synced_offsets
 
 if TYPE_CHECKING:
-    from scenarios.cluster import Node
-    from scenarios.runner import Run
-    from scenarios.spec import NodeRef
+    from scenarios.cluster import Cluster, Node
 
 __all__ = ["CHAOS_FAULTS", "LINK_FAULTS", "NODE_FAULTS", "Chaos", "ChaosPlan", "Fault", "plan"]
 
@@ -119,8 +118,6 @@ def plan(spec: Mapping[str, Any], rng: random.Random, window_s: float, nodes: li
          seconds: Callable[[Any], tuple[float, float]]) -> ChaosPlan:
     """The faults of a window of `window_s` seconds, drawn from `rng` (`seconds` reads a
     time or a range as (low, high))."""
-    from scenarios.spec import NodeRef
-
     weights = spec.get("faults") or list(CHAOS_FAULTS)
     deck = [kind for kind, count in (weights.items() if isinstance(weights, dict)
                                      else ((k, 1) for k in weights)) for _ in range(count)]
@@ -160,6 +157,21 @@ def plan(spec: Mapping[str, Any], rng: random.Random, window_s: float, nodes: li
         faults.append(fault)
         total += fault.gap_s + fault.length_s
     return ChaosPlan(tuple(faults), topic, records)
+
+
+class Run(Protocol):
+    """What a chaos step asks of the scenario run that does it (scenarios/runner.py's `Run`)."""
+
+    cluster: Cluster | None
+    errors: list[str]  # what went wrong, for the report
+    faults: list[dict[str, Any]]  # each fault's window in the history
+
+    def revive(self) -> None: ...
+    def elapsed_s(self) -> float: ...
+    def bootstrap(self, node_ids: list[int] | None = None) -> str: ...
+    def node_of(self, ref: NodeRef, notes: dict[str, Any] | None = None) -> Node: ...
+    def partition_views(self) -> dict[int, Any]: ...
+    def delete_topic(self, name: str) -> Callable[[], None]: ...
 
 
 class Chaos:
@@ -228,7 +240,7 @@ class Chaos:
 
     def _node(self, fault: Fault, record: dict[str, Any]) -> Node:
         assert fault.node is not None
-        node = self.run._node(fault.node, record)
+        node = self.run.node_of(fault.node, record)
         record["node"] = node.node_id
         return node
 
@@ -330,7 +342,7 @@ class Chaos:
     def _recreate_topic(self, fault: Fault, record: dict[str, Any]) -> Any:
         topic = self.plan.topic
         assert topic is not None
-        return f"recreate {topic}", self.run._delete_topic(topic), None
+        return f"recreate {topic}", self.run.delete_topic(topic), None
 
     def _delete_records(self, fault: Fault, record: dict[str, Any]) -> Any:
         assert fault.partition is not None and fault.fraction is not None

@@ -469,7 +469,7 @@ class Run:
         for index in sorted(self.undo, reverse=True):
             self.undo_step(index)
 
-    def _node(self, ref: NodeRef, notes: dict[str, Any] | None = None) -> Node:
+    def node_of(self, ref: NodeRef, notes: dict[str, Any] | None = None) -> Node:
         """The node a step names, found now: by number, drawn from the seed, or the leader
         most nodes that are up name (waiting for one to be elected). What was found goes to
         `notes` (the step's, by default)."""
@@ -497,14 +497,14 @@ class Run:
         """restart/disk_full/slow_disk/fsync_error's node: 'node 2', 'leader of t-0', {node}."""
         if isinstance(value, dict):
             value = value.get("node", self.s.node_ids[0])
-        node = self._node(node_ref(value))
+        node = self.node_of(node_ref(value))
         self.notes["node"] = node.node_id
         return node
 
     def _target(self, arg: Any) -> tuple[Node, str]:
         """kill/stop's target -> (node, 'node' or the shard's number as a string)."""
         aim = target(arg, self.s.node_ids[0])
-        node = self._node(aim.node)
+        node = self.node_of(aim.node)
         self.notes["node"] = node.node_id
         if aim.shard is None:
             return node, "node"
@@ -571,8 +571,8 @@ class Run:
         every node not on the other, both None every pair."""
         assert self.cluster is not None
         ids = list(self.cluster.nodes)
-        sources = None if link.sources is None else [self._node(r).node_id for r in link.sources]
-        targets = None if link.targets is None else [self._node(r).node_id for r in link.targets]
+        sources = None if link.sources is None else [self.node_of(r).node_id for r in link.sources]
+        targets = None if link.targets is None else [self.node_of(r).node_id for r in link.targets]
         if sources is None and targets is None:
             return {(a, b) for a in ids for b in ids if a != b}
         if sources is None:
@@ -641,7 +641,7 @@ class Run:
 
         return end
 
-    def _delete_topic(self, name: str) -> Callable[[], None]:
+    def delete_topic(self, name: str) -> Callable[[], None]:
         topic = next(t for t in self.s.topics if t["name"] == name)
         self.admin_client().delete_topics([name])
 

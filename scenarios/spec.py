@@ -43,6 +43,7 @@ import yaml
 
 from scenarios.chaos import CHAOS_FAULTS, LINK_FAULTS, ChaosPlan, plan
 from scenarios.checker import ANOMALIES, Bounds
+from scenarios.node_ref import NodeRef
 
 __all__ = ["ACTIONS", "LINK_MODES", "Link", "NodeRef", "Scenario", "SpecError", "Step", "Target",
            "Workload", "load", "node_ids", "parse", "target"]
@@ -259,22 +260,6 @@ def _config_for(config: dict[str, Any], client: str) -> dict[str, Any]:
     if config and all(isinstance(v, dict) for v in config.values()):
         return dict(config.get(client) or {})
     return dict(config)
-
-
-@dataclass(frozen=True)
-class NodeRef:
-    """A node as a step names it: `id` (a number), `random` (drawn from the seed when the
-    step runs) or `leader` of `topic`-`partition` (asked of the cluster when the step runs)."""
-
-    kind: str  # "id", "random" or "leader"
-    id: int | None = None
-    topic: str | None = None
-    partition: int | None = None
-
-    def __str__(self) -> str:
-        if self.kind == "leader":
-            return f"leader of {self.topic}-{self.partition}"
-        return f"node {self.id if self.kind == 'id' else 'random'}"
 
 
 @dataclass(frozen=True)

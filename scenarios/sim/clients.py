@@ -21,13 +21,14 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from scenarios.history import Op
 from scenarios.sim.connection import (
     PRODUCE_VERSION,
     Callback,
     ClientConnection,
+    World,
     encode_request,
 )
 from wire.errors import DecodeError, ErrorCode
@@ -37,7 +38,8 @@ from wire.messages.produce import ProduceRequest
 from wire.records import build_batch, iter_records
 
 if TYPE_CHECKING:
-    from scenarios.sim.engine import Simulation
+    import random
+    from collections import defaultdict
 
 __all__ = ["ClientSettings", "SimConsumer", "SimProducer"]
 
@@ -86,10 +88,22 @@ class ClientSettings:
         return cls(**values)
 
 
+class ClientWorld(World, Protocol):
+    """What the clients need of the simulation (scenarios/sim/engine.py's): a connection's
+    world, and where operations, figures and acknowledgements are noted."""
+
+    rng: random.Random
+    figures: defaultdict[str, Any]
+    acked: int
+    client_settings: ClientSettings
+
+    def record(self, op: Op) -> None: ...
+
+
 class _Client:
     """What both kinds share: a connection that is opened again after it is lost."""
 
-    def __init__(self, sim: Simulation, name: str, home_shard: int) -> None:
+    def __init__(self, sim: ClientWorld, name: str, home_shard: int) -> None:
         self.sim = sim
         self.name = name
         self.settings = sim.client_settings
@@ -190,7 +204,7 @@ class _PartitionState:
 
 class SimProducer(_Client):
     def __init__(
-        self, sim: Simulation, name: str, home_shard: int, topic: str, partitions: int,
+        self, sim: ClientWorld, name: str, home_shard: int, topic: str, partitions: int,
         rate: float, message_bytes: int,
     ) -> None:
         super().__init__(sim, name, home_shard)
@@ -377,7 +391,7 @@ class SimProducer(_Client):
 
 
 class SimConsumer(_Client):
-    def __init__(self, sim: Simulation, name: str, home_shard: int,
+    def __init__(self, sim: ClientWorld, name: str, home_shard: int,
                  assignment: list[tuple[str, int]]) -> None:
         super().__init__(sim, name, home_shard)
         self.assignment = assignment

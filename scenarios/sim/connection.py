@@ -15,7 +15,7 @@ import collections
 import socket
 import struct
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from wire.messages import request_header_version, response_class, response_header_version
 from wire.messages.request_header import RequestHeader
@@ -23,9 +23,10 @@ from wire.messages.response_header import ResponseHeader
 from wire.primitives import Reader, Writer
 
 if TYPE_CHECKING:
-    from scenarios.sim.engine import Simulation
+    from scenarios.sim.clock import VirtualLoop
+    from scenarios.sim.cluster import SimNode
 
-__all__ = ["Callback", "ClientConnection", "PRODUCE_VERSION", "ProduceAnswer",
+__all__ = ["Callback", "ClientConnection", "PRODUCE_VERSION", "ProduceAnswer", "World",
            "encode_request", "produce_answer"]
 
 PRODUCE_VERSION = 8  # v3-8: the record set is a request's last field (SimProducer relies on it)
@@ -36,10 +37,19 @@ _CORRELATION = struct.Struct(">i")  # at byte 8 of a request frame (after size, 
 Callback = Callable[[Any], None]  # a response body, or None: no response will come
 
 
+class World(Protocol):
+    """What a client connection needs of the simulation (scenarios/sim/engine.py's)."""
+
+    loop: VirtualLoop
+    node: SimNode
+
+    def now_ns(self) -> int: ...
+
+
 class ClientConnection:
     """One client socket to one shard: requests out, responses matched in order."""
 
-    def __init__(self, sim: Simulation, shard_id: int, client_id: str,
+    def __init__(self, sim: World, shard_id: int, client_id: str,
                  on_closed: Callable[[], None]) -> None:
         self._sim = sim
         self._on_closed = on_closed

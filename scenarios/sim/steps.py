@@ -22,10 +22,14 @@ from __future__ import annotations
 
 import random
 import re
-from typing import TYPE_CHECKING, Any
+from collections import defaultdict
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from scenarios.sim.engine import Simulation
+    from scenarios.sim.clock import VirtualLoop
+    from scenarios.sim.cluster import SimNode
+    from scenarios.sim.disk import SimDisk
+    from scenarios.sim.pipes import SimPipeNetwork
 
 __all__ = ["crash", "finish", "parse_duration", "restart", "schedule", "undo_all"]
 
@@ -35,6 +39,29 @@ _UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, None: 1.0
 _PARTITION_FIELDS = {"high_watermark": "high_watermark", "log_end_offset": "next_offset",
                      "flushed_offset": "flushed_offset", "written_offset": "written_offset",
                      "log_start_offset": "log_start_offset"}
+
+
+class World(Protocol):
+    """What the steps need of the simulation (scenarios/sim/engine.py's): its node, pipes and
+    disk to fault, its clock, and where faults and checks are noted."""
+
+    loop: VirtualLoop
+    node: SimNode
+    network: SimPipeNetwork
+    disk: SimDisk
+    shards: int
+    fault_rng: random.Random
+    figures: defaultdict[str, Any]
+    acked: int
+    open_faults: dict[str, tuple[str, int]]
+    pending_steps: dict[int, dict[str, Any]]
+    steps_done: set[int]
+
+    def open_fault(self, key: str, name: str) -> None: ...
+    def close_fault(self, key: str) -> None: ...
+    def instant_fault(self, name: str) -> None: ...
+    def check(self, step: int, what: str, ok: bool, got: Any, want: Any) -> None: ...
+    async def partition_info(self, topic: str, index: int) -> dict[str, int] | None: ...
 
 
 def parse_duration(value: Any, rng: random.Random | None = None) -> float:
@@ -63,7 +90,7 @@ def parse_target(value: Any) -> int | None:
     raise ValueError(f"not a target: {value!r} (say 'shard 1' or 'node')")
 
 
-def schedule(sim: Simulation, steps: list[dict[str, Any]]) -> None:
+def schedule(sim: World, steps: list[dict[str, Any]]) -> None:
     sim.pending_steps = {}
     for index, step in enumerate(steps):
         if "at" in step:
@@ -74,7 +101,7 @@ def schedule(sim: Simulation, steps: list[dict[str, Any]]) -> None:
         sim.loop.call_later(CONDITION_POLL_S, _poll_conditions, sim)
 
 
-def _poll_conditions(sim: Simulation) -> None:
+def _poll_conditions(sim: World) -> None:
     for index, step in list(sim.pending_steps.items()):
         if _condition(sim, step["after"]):
             del sim.pending_steps[index]
@@ -83,7 +110,7 @@ def _poll_conditions(sim: Simulation) -> None:
         sim.loop.call_later(CONDITION_POLL_S, _poll_conditions, sim)
 
 
-def _condition(sim: Simulation, after: dict[str, Any]) -> bool:
+def _condition(sim: World, after: dict[str, Any]) -> bool:
     if "acked" in after:
         return sim.acked >= int(after["acked"])
     if "produce_requests" in after:
@@ -97,7 +124,7 @@ def _condition(sim: Simulation, after: dict[str, Any]) -> bool:
     raise ValueError(f"unknown condition {after!r}")
 
 
-def _run(sim: Simulation, index: int, step: dict[str, Any]) -> None:
+def _run(sim: World, index: int, step: dict[str, Any]) -> None:
     for action, do in _ACTIONS.items():
         if action in step:
             do(sim, index, step)
@@ -107,7 +134,7 @@ def _run(sim: Simulation, index: int, step: dict[str, Any]) -> None:
     sim.steps_done.add(index)
 
 
-def _pipe(sim: Simulation, args: dict[str, Any]) -> Any:
+def _pipe(sim: World, args: dict[str, Any]) -> Any:
     return sim.network.pipe(int(args["from"]), int(args["to"]))
 
 
@@ -115,66 +142,66 @@ def _pipe_name(args: dict[str, Any]) -> str:
     return f"{args['from']}->{args['to']}"
 
 
-def _hold(sim: Simulation, index: int, step: dict[str, Any]) -> None:
+def _hold(sim: World, index: int, step: dict[str, Any]) -> None:
     args = step["hold"]
     _pipe(sim, args).holding = True
     sim.open_fault(f"hold {_pipe_name(args)}", f"hold pipe {_pipe_name(args)}")
     _undo_later(sim, step, lambda: _release(sim, args, None))
 
 
-def _deliver(sim: Simulation, index: int, step: dict[str, Any]) -> None:
+def _deliver(sim: World, index: int, step: dict[str, Any]) -> None:
     args = step["deliver"]
     _release(sim, args, args.get("count"))
 
 
-def _release(sim: Simulation, args: dict[str, Any], count: int | None) -> None:
+def _release(sim: World, args: dict[str, Any], count: int | None) -> None:
     pipe = _pipe(sim, args)
     pipe.release(None if count is None else int(count))
     if not pipe.holding:
         sim.close_fault(f"hold {_pipe_name(args)}")
 
 
-def _discard(sim: Simulation, index: int, step: dict[str, Any]) -> None:
+def _discard(sim: World, index: int, step: dict[str, Any]) -> None:
     args = step["discard"]
     count = args.get("count")
     _pipe(sim, args).discard(None if count is None else int(count))
     sim.instant_fault(f"discard held on pipe {_pipe_name(args)}")
 
 
-def _drop(sim: Simulation, index: int, step: dict[str, Any]) -> None:
+def _drop(sim: World, index: int, step: dict[str, Any]) -> None:
     args = step["drop"]
     count = int(args.get("count", 1))
     _pipe(sim, args).drop_next += count
     sim.instant_fault(f"drop {count} on pipe {_pipe_name(args)}")
 
 
-def _delay(sim: Simulation, index: int, step: dict[str, Any]) -> None:
+def _delay(sim: World, index: int, step: dict[str, Any]) -> None:
     args = step["delay"]
     count = int(args.get("count", 1))
     _pipe(sim, args).delay_next.extend([float(args["ms"]) / 1000] * count)
     sim.instant_fault(f"delay {count} on pipe {_pipe_name(args)} by {args['ms']} ms")
 
 
-def _fsync_error(sim: Simulation, index: int, step: dict[str, Any]) -> None:
+def _fsync_error(sim: World, index: int, step: dict[str, Any]) -> None:
     args = step["fsync_error"]
     count = int(args.get("count", 1))
     sim.disk.fail_next(int(args["shard"]), count)
     sim.instant_fault(f"fsync_error shard {args['shard']} x{count}")
 
 
-def _slow_disk(sim: Simulation, index: int, step: dict[str, Any]) -> None:
+def _slow_disk(sim: World, index: int, step: dict[str, Any]) -> None:
     args = step["slow_disk"]
     sim.node.slow_fsync_s = float(args["ms"]) / 1000
     sim.open_fault("slow_disk", f"slow_disk +{args['ms']} ms")
     _undo_later(sim, step, lambda: _fast_disk(sim))
 
 
-def _fast_disk(sim: Simulation) -> None:
+def _fast_disk(sim: World) -> None:
     sim.node.slow_fsync_s = 0.0
     sim.close_fault("slow_disk")
 
 
-def _crash(sim: Simulation, index: int, step: dict[str, Any]) -> None:
+def _crash(sim: World, index: int, step: dict[str, Any]) -> None:
     target = parse_target(step["crash"])
     shards = range(sim.shards) if target is None else [target]
     for shard in shards:
@@ -186,32 +213,32 @@ def _crash(sim: Simulation, index: int, step: dict[str, Any]) -> None:
     _undo_later(sim, step, restart_all)
 
 
-def _restart(sim: Simulation, index: int, step: dict[str, Any]) -> None:
+def _restart(sim: World, index: int, step: dict[str, Any]) -> None:
     target = parse_target(step["restart"])
     for shard in range(sim.shards) if target is None else [target]:
         restart(sim, shard)
 
 
-def crash(sim: Simulation, shard: int) -> None:
+def crash(sim: World, shard: int) -> None:
     if sim.node.up(shard) is None:
         return
     sim.node.crash_shard(shard)
     sim.open_fault(f"crash {shard}", f"crash shard {shard}")
 
 
-def restart(sim: Simulation, shard: int) -> None:
+def restart(sim: World, shard: int) -> None:
     if sim.node.up(shard) is not None:
         return
     sim.node.start_shard(shard)
     sim.close_fault(f"crash {shard}")
 
 
-def _undo_later(sim: Simulation, step: dict[str, Any], undo: Any) -> None:
+def _undo_later(sim: World, step: dict[str, Any], undo: Any) -> None:
     if "for" in step:
         sim.loop.call_later(parse_duration(step["for"]), undo)
 
 
-def undo_all(sim: Simulation) -> None:
+def undo_all(sim: World) -> None:
     """The workload is over: every fault still in force is undone."""
     for (source, target), pipe in sorted(sim.network.pipes.items()):
         if pipe.holding or pipe.held:
@@ -225,7 +252,7 @@ def undo_all(sim: Simulation) -> None:
         restart(sim, shard)
 
 
-def finish(sim: Simulation) -> None:
+def finish(sim: World) -> None:
     """`after` steps that never ran fail their check; faults still open are closed."""
     for index, step in sorted(sim.pending_steps.items()):
         sim.check(index, f"after {step['after']}", False, "never happened", "to happen")
@@ -237,7 +264,7 @@ def finish(sim: Simulation) -> None:
 # Expectations -------------------------------------------------------------------------------
 
 
-def _expect(sim: Simulation, index: int, step: dict[str, Any]) -> None:
+def _expect(sim: World, index: int, step: dict[str, Any]) -> None:
     want = dict(step["expect"])
     if "partition" in want:
         topic, _, number = str(want.pop("partition")).rpartition("/")
@@ -254,7 +281,7 @@ def _expect(sim: Simulation, index: int, step: dict[str, Any]) -> None:
         raise ValueError(f"step {index}: nothing to expect in {want!r}")
 
 
-async def _expect_partition(sim: Simulation, index: int, topic: str, number: int,
+async def _expect_partition(sim: World, index: int, topic: str, number: int,
                             want: dict[str, Any]) -> None:
     info = await sim.partition_info(topic, number)
     for key, wanted in want.items():
@@ -265,7 +292,7 @@ async def _expect_partition(sim: Simulation, index: int, topic: str, number: int
         _compare(sim, index, what, info[_PARTITION_FIELDS[key]], wanted)
 
 
-def _expect_group(sim: Simulation, index: int, group_id: str, want: dict[str, Any]) -> None:
+def _expect_group(sim: World, index: int, group_id: str, want: dict[str, Any]) -> None:
     states = []
     for shard in range(sim.shards):
         running = sim.node.up(shard)
@@ -280,7 +307,7 @@ def _expect_group(sim: Simulation, index: int, group_id: str, want: dict[str, An
         _compare(sim, index, f"group {group_id} members", members, want["members"])
 
 
-def _compare(sim: Simulation, index: int, what: str, got: Any, wanted: Any) -> None:
+def _compare(sim: World, index: int, what: str, got: Any, wanted: Any) -> None:
     """`wanted` is a value, or {at_least: n} / {at_most: n}."""
     if isinstance(wanted, dict):
         ok = True

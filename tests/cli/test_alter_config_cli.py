@@ -8,7 +8,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.support.broker import BrokerProcess, krill_client
+from tests.support.broker import BrokerProcess
+from tests.support.cli import krill_on
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -24,9 +25,6 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
         broker.kill9() if broker.alive() else broker.stop()
 
 
-krill = krill_client
-
-
 def one_error_line(result: subprocess.CompletedProcess[str], code: int) -> str:
     assert "Traceback" not in result.stderr, result.stderr
     lines = result.stderr.splitlines()
@@ -36,16 +34,16 @@ def one_error_line(result: subprocess.CompletedProcess[str], code: int) -> str:
 
 
 def configs(broker: BrokerProcess, topic: str) -> dict[str, tuple[str, str]]:
-    described = krill(broker, "topic", "describe", topic, "--format", "json")
+    described = krill_on(broker, "topic", "describe", topic, "--format", "json")
     assert described.returncode == 0, described.stderr
     return {c["name"]: (c["value"], c["source"]) for c in json.loads(described.stdout)["configs"]}
 
 
 def test_set_and_delete(node: BrokerProcess) -> None:
-    created = krill(node, "topic", "create", "orders", "-c", "segment.ms=60000")
+    created = krill_on(node, "topic", "create", "orders", "-c", "segment.ms=60000")
     assert created.returncode == 0, created.stderr
 
-    altered = krill(node, "topic", "alter-config", "orders", "--set", "retention.ms=3600000",
+    altered = krill_on(node, "topic", "alter-config", "orders", "--set", "retention.ms=3600000",
                     "--set", "cleanup.policy=compact,delete", "--delete", "segment.ms")
     assert altered.returncode == 0, altered.stderr
     rows = [line.split() for line in altered.stdout.splitlines()]
@@ -61,7 +59,7 @@ def test_set_and_delete(node: BrokerProcess) -> None:
     assert now["segment.ms"] == (WEEK_MS, "STATIC_BROKER_CONFIG")
     assert now["write.caching"] == ("false", "DEFAULT_CONFIG")
 
-    text = krill(node, "topic", "describe", "orders")
+    text = krill_on(node, "topic", "describe", "orders")
     assert text.returncode == 0, text.stderr
     assert ["retention.ms", "3600000", "DYNAMIC_TOPIC_CONFIG"] in [
         line.split() for line in text.stdout.splitlines()
@@ -79,16 +77,16 @@ def test_set_and_delete(node: BrokerProcess) -> None:
     ],
 )
 def test_mistakes_are_one_line(node: BrokerProcess, args: tuple[str, ...], expected: str) -> None:
-    created = krill(node, "topic", "create", "mistakes")
+    created = krill_on(node, "topic", "create", "mistakes")
     assert created.returncode == 0 or "already exists" in created.stderr, created.stderr
     before = configs(node, "mistakes")
-    line = one_error_line(krill(node, "topic", "alter-config", "mistakes", *args), 1)
+    line = one_error_line(krill_on(node, "topic", "alter-config", "mistakes", *args), 1)
     assert "topic 'mistakes'" in line and expected in line, line
     assert configs(node, "mistakes") == before
 
 
 def test_unknown_topic(node: BrokerProcess) -> None:
-    result = krill(node, "topic", "alter-config", "nowhere", "--set", "retention.ms=5")
+    result = krill_on(node, "topic", "alter-config", "nowhere", "--set", "retention.ms=5")
     assert one_error_line(result, 1) == "krill: error: topic 'nowhere' does not exist"
 
 
@@ -101,5 +99,5 @@ def test_unknown_topic(node: BrokerProcess) -> None:
     ],
 )
 def test_usage_mistakes_exit_2(node: BrokerProcess, args: tuple[str, ...], expected: str) -> None:
-    line = one_error_line(krill(node, "topic", "alter-config", "orders", *args), 2)
+    line = one_error_line(krill_on(node, "topic", "alter-config", "orders", *args), 2)
     assert expected in line, line

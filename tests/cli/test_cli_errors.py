@@ -6,34 +6,22 @@ whatever librdkafka might print to stderr are all part of what is checked.
 
 from __future__ import annotations
 
-import os
 import socket
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
 
+from tests.support.cli import krill
+
 pytestmark = pytest.mark.timeout(60)
 
-REPO = Path(__file__).resolve().parents[2]
 UNREACHABLE_DEADLINE_S = 15  # the brief: fail within ~10 s, plus interpreter start-up
 
 
-def krill(*args: str, stdin: str = "", env: dict[str, str] | None = None):
-    environment = {k: v for k, v in os.environ.items() if not k.startswith("KRILL_")}
-    environment.update(env or {})
+def timed_krill(*args: str, stdin: str = "", env: dict[str, str] | None = None):
+    """`krill ARGS` and the seconds it took."""
     started = time.monotonic()
-    result = subprocess.run(
-        [sys.executable, "-m", "shards.cli", *args],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        env=environment,
-        timeout=50,
-    )
+    result = krill(*args, stdin=stdin, env=env, timeout_s=50)
     return result, time.monotonic() - started
 
 
@@ -83,7 +71,7 @@ def dead_broker() -> str:
     ],
 )
 def test_usage_mistakes(args, expected):
-    result, _ = krill(*args)
+    result, _ = timed_krill(*args)
     line = assert_one_error_line(result, code=2)
     assert expected in line
 
@@ -91,17 +79,17 @@ def test_usage_mistakes(args, expected):
 def test_bad_config_file_is_named(tmp_path):
     path = tmp_path / "krill.yaml"
     path.write_text("listen: 127.0.0.1:9092\nlisten_prot: 1\n")
-    result, _ = krill("start", "--config", str(path))
+    result, _ = timed_krill("start", "--config", str(path))
     assert "unknown key 'listen_prot'" in assert_one_error_line(result, code=2)
 
 
 def test_bad_environment_is_named():
-    result, _ = krill("start", env={"KRILL_LISTEN": "nowhere"})
+    result, _ = timed_krill("start", env={"KRILL_LISTEN": "nowhere"})
     assert "KRILL_LISTEN must be host:port" in assert_one_error_line(result, code=2)
 
 
 def test_help_still_prints_full_help():
-    result, _ = krill("topic", "consume", "--help")
+    result, _ = timed_krill("topic", "consume", "--help")
     assert result.returncode == 0
     assert "usage: krill topic consume" in result.stdout
     assert "--offset" in result.stdout and "--brokers" in result.stdout
@@ -120,14 +108,14 @@ def test_help_still_prints_full_help():
     ],
 )
 def test_unreachable_broker_fails_fast(dead_broker, args):
-    result, elapsed = krill(*args, "-b", dead_broker, stdin="a\nb\n")
+    result, elapsed = timed_krill(*args, "-b", dead_broker, stdin="a\nb\n")
     line = assert_one_error_line(result, code=1)
     assert f"cannot reach broker at {dead_broker}" in line
     assert elapsed < UNREACHABLE_DEADLINE_S
 
 
 def test_brokers_from_environment(dead_broker):
-    result, _ = krill("topic", "list", env={"KRILL_BROKERS": dead_broker})
+    result, _ = timed_krill("topic", "list", env={"KRILL_BROKERS": dead_broker})
     assert f"cannot reach broker at {dead_broker}" in assert_one_error_line(result, code=1)
 
 

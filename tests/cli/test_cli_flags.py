@@ -8,9 +8,7 @@ KRILL_ADMIN. Every case runs `python -m shards.cli` in a subprocess against a re
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,26 +16,13 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-from tests.support.broker import REPO, BrokerProcess, free_port, krill_start_refused
+from tests.support.broker import BrokerProcess, free_port
+from tests.support.cli import krill, krill_start_refused
 from tests.support.kafka import create_topic
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
 REFUSAL_DEADLINE_S = 10.0
-
-
-def krill(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """The CLI with no KRILL_* from this environment, only `env`."""
-    environment = {k: v for k, v in os.environ.items() if not k.startswith("KRILL_")}
-    environment.update(env or {})
-    return subprocess.run(
-        [sys.executable, "-m", "shards.cli", *args],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        env=environment,
-        timeout=60,
-    )
 
 
 def dead_address() -> str:

@@ -10,7 +10,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -18,7 +17,8 @@ from collections.abc import Iterator
 import pytest
 
 from shards.shard_table import shard_of
-from tests.support.broker import REPO, BrokerProcess
+from tests.support.broker import BrokerProcess
+from tests.support.cli import krill
 from tests.support.kafka import create_topic
 
 pytestmark = [
@@ -46,15 +46,6 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
         yield broker
     finally:
         broker.kill9() if broker.alive() else broker.stop()
-
-
-def krill(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    environment = {k: v for k, v in os.environ.items() if not k.startswith("KRILL_")}
-    environment.update(env or {})
-    return subprocess.run(
-        [sys.executable, "-m", "shards.cli", *args],
-        capture_output=True, text=True, cwd=REPO, env=environment, timeout=60,
-    )
 
 
 def cluster(node: BrokerProcess, *args: str) -> subprocess.CompletedProcess[str]:

@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.broker import REPO, wait_for
+from tests.support.cli import krill, krill_environment
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -31,6 +32,7 @@ NODES = 3
 STEP = 100  # shards/cluster_cli.py UP_PORT_STEP
 LINE_WAIT_S = 90.0  # the ready line: three interpreters, recoveries, an election
 STOP_WAIT_S = 60.0  # SIGINT to every process gone (UP_STOP_TIMEOUT_S is 40)
+CLI_S = 120.0  # one `krill` command against the cluster (three interpreters may be busy)
 TOPIC, PARTITIONS = "orders", 3
 HEALTHY_WAIT_S = 30.0  # a new topic's partitions elect their leaders
 NODE_LINE = re.compile(r"^node (\d+): kafka (\S+), admin (\S+), pid (\d+), log (\S+)$")
@@ -61,12 +63,6 @@ def _free(port: int) -> bool:
             return False
 
 
-def krill(*args: str) -> subprocess.CompletedProcess[str]:
-    environment = {k: v for k, v in os.environ.items() if not k.startswith("KRILL_")}
-    return subprocess.run([sys.executable, "-m", "shards.cli", *args], capture_output=True,
-                          text=True, cwd=REPO, env=environment, timeout=120)
-
-
 @dataclass
 class LocalNode:
     node_id: int
@@ -84,12 +80,11 @@ class Up:
     ) -> None:
         self.bases = bases or free_bases(nodes)
         self.groups: set[int] = set()  # each node leads a process group of its own
-        environment = {k: v for k, v in os.environ.items() if not k.startswith("KRILL_")}
         self.process = subprocess.Popen(
             [sys.executable, "-m", "shards.cli", "cluster", "up", "-n", str(nodes),
              "--data-dir", str(data_dir), *(f"--{name}-port={port}" for name, port in
                                             self.bases.items()), *extra],
-            cwd=REPO, env=environment, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            cwd=REPO, env=krill_environment(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             text=True, start_new_session=True,
         )  # fmt: skip
         self.lines: queue.Queue[str | None] = queue.Queue()
@@ -221,13 +216,13 @@ def test_every_node_lists_every_broker(up: tuple[Up, list[LocalNode]]) -> None:
 
 def cluster_cli(nodes: list[LocalNode], *args: str) -> subprocess.CompletedProcess[str]:
     admins = ",".join(n.admin for n in nodes)
-    return krill("-b", nodes[0].kafka, "--admin", admins, "cluster", *args)
+    return krill("-b", nodes[0].kafka, "--admin", admins, "cluster", *args, timeout_s=CLI_S)
 
 
 def test_cluster_health_and_info_of_a_replicated_topic(up: tuple[Up, list[LocalNode]]) -> None:
     _, nodes = up
     created = krill("-b", nodes[0].kafka, "topic", "create", TOPIC, "-p", str(PARTITIONS),
-                    "-r", "3")
+                    "-r", "3", timeout_s=CLI_S)
     assert created.returncode == 0, created.stderr
     wait_for(lambda: cluster_cli(nodes, "health").returncode == 0, HEALTHY_WAIT_S,
              "the cluster healthy")
@@ -312,7 +307,8 @@ def test_usage_mistakes_are_one_line_and_start_nothing(
 ) -> None:
     before = args[:2] if args[0] == "-b" else []  # client flags go before the command
     after = args[2:] if before else args
-    result = krill(*before, "cluster", "up", "--data-dir", str(tmp_path / "c"), *after)
+    result = krill(*before, "cluster", "up", "--data-dir", str(tmp_path / "c"), *after,
+                   timeout_s=CLI_S)
     assert "Traceback" not in result.stderr, result.stderr
     assert len(result.stderr.splitlines()) == 1, result.stderr
     assert result.stderr.startswith("krill: error: ") and message in result.stderr, result.stderr

@@ -7,7 +7,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.support.broker import BrokerProcess, krill_client
+from tests.support.broker import BrokerProcess
+from tests.support.cli import krill_on
 from tests.support.kafka import create_topic, produce
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
@@ -22,9 +23,6 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
         broker.kill9() if broker.alive() else broker.stop()
 
 
-krill = krill_client
-
-
 def table(result: subprocess.CompletedProcess[str]) -> list[list[str]]:
     assert result.returncode == 0, result.stderr
     return [line.split() for line in result.stdout.splitlines()]
@@ -33,9 +31,9 @@ def table(result: subprocess.CompletedProcess[str]) -> list[list[str]]:
 def test_trim_one_partition_then_all(node: BrokerProcess) -> None:
     create_topic(node, "clicks", 3)
     produce(node, "clicks", [(None, b"x", None, p) for p in (0, 1, 2) for _ in range(10)])
-    assert table(krill(node, "topic", "trim-prefix", "clicks", "-p", "0", "--offset", "4")) == [
+    assert table(krill_on(node, "topic", "trim-prefix", "clicks", "-p", "0", "--offset", "4")) == [
         ["PARTITION", "LOG-START"], ["0", "4"]]
-    assert table(krill(node, "topic", "trim-prefix", "clicks", "--offset", "-1")) == [
+    assert table(krill_on(node, "topic", "trim-prefix", "clicks", "--offset", "-1")) == [
         ["PARTITION", "LOG-START"], ["0", "10"], ["1", "10"], ["2", "10"]]
 
 
@@ -49,7 +47,7 @@ def test_mistakes_are_one_line(node: BrokerProcess) -> None:
         (("topic", "trim-prefix", "small", "--offset", "x"), "expected an offset"),
     ]
     for args, words in cases:
-        result = krill(node, *args)
+        result = krill_on(node, *args)
         assert "Traceback" not in result.stderr, result.stderr
         lines = result.stderr.splitlines()
         assert result.returncode != 0 and len(lines) == 1, result.stderr

@@ -15,9 +15,7 @@ each, every partition replicated 3 times.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,7 +24,7 @@ import pytest
 from confluent_kafka import KafkaError, Producer
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.support.broker import REPO
+from tests.support.cli import krill
 from tests.support.cluster import Cluster, cluster_fixture, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
@@ -77,11 +75,7 @@ def every_isr(cluster: Cluster, nodes: tuple[int, ...], topic: str,
 def krill_cluster(cluster: Cluster, *args: str) -> subprocess.CompletedProcess[str]:
     """`krill cluster ARGS` against every node's admin API, as a user runs it."""
     admins = ",".join(f"127.0.0.1:{n.admin_port}" for n in cluster.nodes.values())
-    environment = {k: v for k, v in os.environ.items() if not k.startswith("KRILL_")}
-    return subprocess.run(
-        [sys.executable, "-m", "shards.cli", "-b", cluster.bootstrap(*running(cluster)),
-         "--admin", admins, "cluster", *args],
-        capture_output=True, text=True, cwd=REPO, env=environment, timeout=60)
+    return krill("-b", cluster.bootstrap(*running(cluster)), "--admin", admins, "cluster", *args)
 
 
 def running(cluster: Cluster) -> tuple[int, ...]:

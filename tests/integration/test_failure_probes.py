@@ -21,7 +21,8 @@ import pytest
 from confluent_kafka import KafkaError, Producer
 
 from tests.support.acked import read_whole_log
-from tests.support.broker import BrokerProcess, krill_start_refused, wait_for
+from tests.support.broker import BrokerProcess, wait_for
+from tests.support.cli import krill_start_refused
 from tests.support.kafka import create_topic
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]

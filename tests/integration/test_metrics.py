@@ -17,8 +17,6 @@ import os
 import signal
 import socket
 import struct
-import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -33,7 +31,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from actors.metrics import FLUSH_BYTES_BUCKETS, LATENCY_BUCKETS_S
 from shards import limits as shard_limits
 from shards.shard_table import shard_of
-from tests.support.broker import REPO, BrokerProcess
+from tests.support.broker import BrokerProcess
+from tests.support.cli import krill
 from tests.support.kafka import admin_client, consume, create_topic, produce
 from tests.support.raw_client import RawClient, request
 from wire.messages.api_versions import ApiVersionsResponse
@@ -130,14 +129,6 @@ def start_node(tmp: Path, *extra: str) -> BrokerProcess:
 
 def stop_node(node: BrokerProcess) -> None:
     node.kill9() if node.alive() else node.stop()
-
-
-def krill(*args: str) -> subprocess.CompletedProcess[str]:
-    environment = {k: v for k, v in os.environ.items() if not k.startswith("KRILL_")}
-    return subprocess.run(
-        [sys.executable, "-m", "shards.cli", *args],
-        capture_output=True, text=True, cwd=REPO, env=environment, timeout=60,
-    )
 
 
 def consume_in_group(node: BrokerProcess, topic: str, group: str, count: int) -> Consumer:

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import os
 import socket
-import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -23,7 +21,8 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import NewPartitions, NewTopic
 
-from tests.support.broker import REPO, BrokerProcess, free_port, krill_start_refused
+from tests.support.broker import BrokerProcess, free_port
+from tests.support.cli import krill_on, krill_start_refused
 from tests.support.kafka import admin_client, consume, create_topic, produce
 from tests.support.raw_client import RawClient, request
 
@@ -375,10 +374,7 @@ def test_topics_past_topic_partitions_per_shard_are_refused(tmp_path: Path) -> N
 
         admin.create_topics([NewTopic("c", 20, 1)])["c"].result(timeout=15)  # exactly 60
 
-        cli = subprocess.run(
-            [sys.executable, "-m", "shards.cli", "topic", "create", "d", "-b", broker.bootstrap],
-            capture_output=True, text=True, cwd=REPO, timeout=60,
-        )  # fmt: skip
+        cli = krill_on(broker, "topic", "create", "d")
         assert cli.returncode == 1, (cli.returncode, cli.stderr)
         assert cli.stderr.splitlines() == [
             "krill: error: topic 'd': the node has 60 partitions and takes at most 60 "

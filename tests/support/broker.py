@@ -22,7 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from scenarios.cluster import free_ports
 from scenarios.procs import child_pids
 
-__all__ = ["BrokerProcess", "free_port", "krill_start_refused", "wait_for"]
+__all__ = ["BrokerProcess", "free_port", "wait_for"]
 
 REPO = Path(__file__).resolve().parents[2]
 _START_TIMEOUT_S = 30.0
@@ -35,50 +35,6 @@ def wait_for(condition: Callable[[], bool], timeout_s: float, what: str) -> None
     while not condition():
         assert time.monotonic() < deadline, f"not within {timeout_s}s: {what}"
         time.sleep(0.1)
-
-
-_REFUSED_START_TIMEOUT_S = 30.0  # a `krill start` that was not refused is killed after this
-
-
-def krill_start_refused(
-    *args: str, env: dict[str, str] | None = None, before: tuple[str, ...] = ()
-) -> tuple[int, str, float]:
-    """`krill BEFORE start ARGS` expected to refuse: (exit code, stderr, seconds). It runs in
-    its own process group with no `KRILL_*` variable but `env`'s, so a node that does start
-    (the refusal under test failed) is killed with every shard after a timeout and the test
-    fails."""
-    environment = {k: v for k, v in os.environ.items() if not k.startswith("KRILL_")}
-    environment.update(env or {})
-    started = time.monotonic()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "shards.cli", *before, "start", *args], cwd=REPO, env=environment,
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True,
-    )  # fmt: skip
-    try:
-        _, stderr = process.communicate(timeout=_REFUSED_START_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        _, stderr = process.communicate()
-        raise AssertionError(
-            f"krill {' '.join((*before, 'start', *args))} {env or ''} was not refused:\n"
-            f"{stderr[-2000:]}"
-        ) from None
-    finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
-    return process.returncode, stderr, time.monotonic() - started
-
-
-_CLI_TIMEOUT_S = 60.0  # one `krill ...` client command
-
-
-def krill_client(broker: BrokerProcess, *args: str) -> subprocess.CompletedProcess[str]:
-    """Run `krill ARGS -b <broker>` as a user would; its exit code and output."""
-    return subprocess.run(
-        [sys.executable, "-m", "shards.cli", *args, "-b", broker.bootstrap],
-        capture_output=True, text=True, cwd=REPO, timeout=_CLI_TIMEOUT_S,
-    )
 
 
 def http_get(url: str, timeout_s: float) -> tuple[int, bytes]:
