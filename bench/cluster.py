@@ -49,6 +49,15 @@ from bench.broker import (
     tree_cpu_seconds,
     tree_rss_mib,
 )
+from bench.clients import (
+    MB,
+    Deliveries,
+    close_bounded,
+    flush_deliveries,
+    max_rate_figures,
+    send_paced,
+    wait_room,
+)
 from bench.cluster_nodes import (
     NODES,
     POLL_S,
@@ -63,21 +72,8 @@ from bench.cluster_nodes import (
     replicas,
     wait_caught_up,
 )
-from bench.run import (
-    MB,
-    CaseError,
-    Deliveries,
-    ErrorLog,
-    StatsCollector,
-    _close_bounded,
-    _flush,
-    _max_rate_figures,
-    _wait_room,
-    case_failed,
-    finish,
-    header,
-    send_paced,
-)
+from bench.measure import ErrorLog, StatsCollector
+from bench.report import CaseError, case_failed, finish, header
 
 __all__ = ["CLUSTER_CASES", "FAILOVER_KINDS"]
 
@@ -122,7 +118,7 @@ def _warm_up(p: Any, topic: str, partitions: int, check: Callable[[], None]) -> 
     dr = Deliveries()
     for k in range(partitions):
         p.produce(topic, b"warm-up", partition=k, on_delivery=partial(dr.cb, time.perf_counter()))
-    _flush(p, dr, time.monotonic() + 60, check)
+    flush_deliveries(p, dr, time.monotonic() + 60, check)
     if dr.errors:
         raise CaseError(f"warm-up failed: {dr.first_error}")
 
@@ -150,7 +146,7 @@ def produce_max(
                 produce(topic, value, partition=i % partitions, on_delivery=partial(cb, pc()))
                 break
             except BufferError:
-                _wait_room(p, dr, deadline, check, args.stall_timeout)
+                wait_room(p, dr, deadline, check, args.stall_timeout)
         if not i & 63:
             poll(0)
             if not i & 8191:
@@ -158,18 +154,18 @@ def produce_max(
                 if time.monotonic() > deadline:
                     raise CaseError(f"produce timed out after {i} messages")
     t_sent = pc()
-    _flush(p, dr, deadline, check, args.stall_timeout)
+    flush_deliveries(p, dr, deadline, check, args.stall_timeout)
     cpu_b1, cpu_c1 = cpu(), time.process_time()
     stats.wait_fresh(p)
     if dr.errors:
         raise CaseError(f"{dr.errors} delivery errors; first: {dr.first_error}")
-    out = _max_rate_figures(
+    out = max_rate_figures(
         n, len(value), dr.last_t - t_start, t_sent - t_start, _Since(stats, reqs0, txb0),
         cpu_b1 - cpu_b0, cpu_c1 - cpu_c0, errors,
     )  # fmt: skip
     out["latency_ms"] = ceil.latency_summary_ms(dr.latencies)
     out["broker_cpu_s_per_gb"] = round(out["broker_cpu_s"] / (n * len(value) / 1e9), 3)
-    _close_bounded(p, "producer")
+    close_bounded(p, "producer")
     return out
 
 
@@ -217,7 +213,7 @@ def produce_fixed_rate(
     stats.wait_fresh(p)
     if dr.errors:
         raise CaseError(f"{dr.errors} delivery errors at fixed rate; first: {dr.first_error}")
-    _close_bounded(p, "producer")
+    close_bounded(p, "producer")
     return {
         "target_msgs_per_s": rate,
         "achieved_msgs_per_s": round(sent.messages / sent.seconds, 1),
@@ -242,7 +238,7 @@ def _range(values: Any) -> list[float] | None:
     return [round(min(values), 3), round(max(values), 3)] if values else None
 
 
-def _ratio(a: Any, b: Any) -> float | None:
+def ratio(a: Any, b: Any) -> float | None:
     return round(a / b, 3) if a is not None and b else None
 
 
@@ -340,8 +336,8 @@ def _summarise_sides(a: dict[str, Any], b: dict[str, Any], res: dict[str, Any]) 
                 r["latency_from_schedule_ms"].get("p99") for r in frs)
             fixed["broker_cpu_s_median"] = _median(r["broker_cpu_s"] for r in frs)
     pairs = list(zip(a["rounds"], b["rounds"], strict=False))
-    msgs = [_ratio(y["msgs_per_s"], x["msgs_per_s"]) for x, y in pairs]
-    cpu = [_ratio(y["broker_cpu_s_per_gb"], x["broker_cpu_s_per_gb"]) for x, y in pairs]
+    msgs = [ratio(y["msgs_per_s"], x["msgs_per_s"]) for x, y in pairs]
+    cpu = [ratio(y["broker_cpu_s_per_gb"], x["broker_cpu_s_per_gb"]) for x, y in pairs]
     res["cluster_over_single_msgs_per_s_by_round"] = msgs
     res["cluster_over_single_msgs_per_s_median"] = _median(msgs)
     res["cluster_over_single_msgs_per_s_range"] = _range(msgs)
@@ -350,7 +346,7 @@ def _summarise_sides(a: dict[str, Any], b: dict[str, Any], res: dict[str, Any]) 
     for rate in FIXED_RATES:
         fa, fb = a["fixed_rate"].get(str(rate)), b["fixed_rate"].get(str(rate))
         if fa and fb:
-            res[f"fixed_{rate}_p99_cluster_over_single"] = _ratio(
+            res[f"fixed_{rate}_p99_cluster_over_single"] = ratio(
                 fb["p99_ms_median"], fa["p99_ms_median"])
 
 
@@ -583,7 +579,7 @@ def _failover_trial(
     finally:
         if watch is not None:
             watch.close()
-        _close_bounded(p, "producer")
+        close_bounded(p, "producer")
     assert t_stop is not None and watch is not None
     if kind == "sigterm":
         victim.wait_exit()

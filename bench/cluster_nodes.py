@@ -36,7 +36,7 @@ from bench.broker import (
     tree_cpu_seconds,
     tree_rss_mib,
 )
-from bench.run import CaseError
+from bench.report import CaseError
 from scenarios.procs import process_tree
 
 __all__ = [

@@ -16,21 +16,16 @@ from typing import Any
 
 from bench import ceilings as ceil
 from bench.broker import Broker, RssSampler, log, tree_cpu_seconds
-from bench.run import (
-    CaseError,
+from bench.clients import close_bounded, create_topic
+from bench.measure import (
     EnvBroker,
     ErrorLog,
-    _broker_live_figures,
-    _broker_stop_figures,
-    _close_bounded,
-    _cmp,
-    case_failed,
+    broker_live_figures,
+    broker_stop_figures,
     client_cpu,
-    create_topic,
-    finish,
-    header,
     liveness,
 )
+from bench.report import CaseError, case_failed, compare, finish, header
 
 # Issue 4 (consumer groups): the targets.
 TARGET_COMMITS_PER_S = 5_000  # OffsetCommit on one shard
@@ -310,14 +305,14 @@ def run_offset_commit_rate(args: argparse.Namespace) -> dict[str, Any]:
                 check()
             finally:
                 if consumer is not None:
-                    _close_bounded(consumer, "commit-consumer")
-                _broker_live_figures(res, broker, rss)
+                    close_bounded(consumer, "commit-consumer")
+                broker_live_figures(res, broker, rss)
     except Exception as e:
         case_failed(res, case, e, broker=broker)
     finally:
-        _broker_stop_figures(res, broker)
+        broker_stop_figures(res, broker)
     rate = res.get("pipelined", {}).get("commits_per_s")
-    res["target_met"] = {"commits_ge_5000_per_s": _cmp(rate, "ge", TARGET_COMMITS_PER_S)}
+    res["target_met"] = {"commits_ge_5000_per_s": compare(rate, "ge", TARGET_COMMITS_PER_S)}
     return finish(res, t0)
 
 
@@ -522,11 +517,11 @@ def _rebalance_sub(
                 sub["join_s"] = {"median": round(statistics.median(joins), 3), "max": max(joins)}
                 sub["leave_s"] = {"median": round(statistics.median(leaves), 3), "max": max(leaves)}
             finally:
-                _broker_live_figures(sub, broker, rss)
+                broker_live_figures(sub, broker, rss)
     except Exception as e:
         case_failed(sub, f"{case} delay={delay_ms}", e, broker=broker)
     finally:
-        _broker_stop_figures(sub, broker)
+        broker_stop_figures(sub, broker)
     sub.setdefault("error", None)
     sub["wall_s"] = round(time.monotonic() - t1, 2)
     return sub
@@ -552,7 +547,7 @@ def run_rebalance_time(args: argparse.Namespace) -> dict[str, Any]:
         if sub["error"]:
             errors.append(f"delay {delay_ms}: {sub['error']}")
     join_max = res["delay_0"].get("join_s", {}).get("max")
-    res["target_met"] = {"rebalance_3_members_le_1s": _cmp(join_max, "le", TARGET_REBALANCE_S)}
+    res["target_met"] = {"rebalance_3_members_le_1s": compare(join_max, "le", TARGET_REBALANCE_S)}
     res["error"] = "; ".join(errors) or None
     return finish(res, t0)
 

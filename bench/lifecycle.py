@@ -33,7 +33,9 @@ from pathlib import Path
 from typing import Any
 
 from bench.broker import Broker, log
-from bench.run import CaseError, case_failed, finish, header, liveness, produce_fixed_rate
+from bench.clients import produce_fixed_rate
+from bench.measure import liveness
+from bench.report import CaseError, case_failed, finish, header
 
 __all__ = ["LIFECYCLE_CASES"]
 
@@ -169,7 +171,7 @@ def run_retention_steady(args: argparse.Namespace) -> dict[str, Any]:
 def _drop(bootstrap: str, topic: str) -> None:
     """Delete the round's topic so the next round starts from the same page cache (see
     bench/README.md, metrics_overhead)."""
-    from bench.run import delete_topic
+    from bench.clients import delete_topic
 
     delete_topic(bootstrap, topic)
 

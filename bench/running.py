@@ -38,18 +38,10 @@ from typing import Any
 
 from bench import ceilings as ceil
 from bench.broker import Broker, log, tree_cpu_seconds, tree_open_fds, tree_rss_mib
+from bench.clients import create_topic, delete_topic, produce_fixed_rate, produce_max
 from bench.lifecycle import create
-from bench.run import (
-    CaseError,
-    case_failed,
-    create_topic,
-    delete_topic,
-    finish,
-    header,
-    liveness,
-    produce_fixed_rate,
-    produce_max,
-)
+from bench.measure import liveness
+from bench.report import CaseError, case_failed, finish, header
 
 __all__ = ["RUNNING_CASES"]
 

@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from bench.broker import Broker, log
-from bench.run import case_failed, finish, header, liveness
+from bench.measure import liveness
+from bench.report import case_failed, finish, header
 from scenarios.saturation import FLAT_TAIL_RATIO_MAX, Plan, measure, write_report
 
 __all__ = ["run_saturation"]

@@ -52,28 +52,32 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from bench.broker import Broker, RssSampler, log
-from bench.pipe_floor import measure_pipe_round_trip
-from bench.run import (
-    FIXED_RATE,
-    CaseError,
-    EnvBroker,
-    ProcessCpu,
-    _broker_live_figures,
-    _broker_stop_figures,
-    _cmp,
-    _get,
-    _ratio,
-    case_failed,
+from bench.clients import (
     consume_all,
     create_topic,
     delete_topic,
-    finish,
-    header,
-    idle_cpu,
-    liveness,
     produce_fixed_rate,
     produce_max,
     produce_max_batched,
+)
+from bench.measure import (
+    EnvBroker,
+    ProcessCpu,
+    broker_live_figures,
+    broker_stop_figures,
+    idle_cpu,
+    liveness,
+)
+from bench.pipe_floor import measure_pipe_round_trip
+from bench.produce_consume import FIXED_RATE
+from bench.report import (
+    CaseError,
+    case_failed,
+    compare,
+    finish,
+    get_path,
+    header,
+    ratio,
     vs_ceiling,
 )
 
@@ -333,7 +337,7 @@ def _summarise(a: Side, b: Side, res: dict[str, Any], prefix: str) -> None:
             "mb_per_s": _median([r["mb_per_s"] for r in rs]),
             "requests_per_s": _median([r.get("requests_per_s") for r in rs]),
             "broker_cpu_s_per_gb": _median([r.get("broker_cpu_s_per_gb") for r in rs]),
-            "latency_p99_ms": _median([_get(r, "latency_ms", "p99") for r in rs]),
+            "latency_p99_ms": _median([get_path(r, "latency_ms", "p99") for r in rs]),
             "msgs_per_request": _median([r.get("msgs_per_request") for r in rs]),
         }
     cpu, rate = _round_ratios(a, b, "rounds")
@@ -377,8 +381,8 @@ def _round_ratios(a: Side, b: Side, key: str) -> tuple[list[Any], list[Any]]:
     """Per round, B over A: CPU per GB, and msg/s. Rounds are appended in order, so a case
     that failed in a round's middle leaves one side a round ahead: that round is dropped."""
     pairs = list(zip(a.res.get(key, []), b.res.get(key, []), strict=False))
-    cpu = [_ratio(y.get("broker_cpu_s_per_gb"), x.get("broker_cpu_s_per_gb")) for x, y in pairs]
-    rate = [_ratio(y["msgs_per_s"], x["msgs_per_s"]) for x, y in pairs]
+    cpu = [ratio(y.get("broker_cpu_s_per_gb"), x.get("broker_cpu_s_per_gb")) for x, y in pairs]
+    rate = [ratio(y["msgs_per_s"], x["msgs_per_s"]) for x, y in pairs]
     return cpu, rate
 
 
@@ -396,7 +400,7 @@ def _pipe_floor(res: dict[str, Any], quick: bool) -> None:
 def _handoff_floor(res: dict[str, Any], b: Side, quick: bool) -> None:
     """The floor with B's median request handed from core to core (bench/pipe_floor.py),
     measured after the brokers stopped, under ``res["handoff_floor"]``."""
-    per_request = _get(b.res, "produce_median", "msgs_per_request")
+    per_request = get_path(b.res, "produce_median", "msgs_per_request")
     if not per_request:
         return
     log("handoff floor")
@@ -428,7 +432,7 @@ def _forward_figures(
     left: list[float] = []
     sizes: list[float | None] = []
     for x, y in zip(a.res["rounds"], b.res["rounds"], strict=True):
-        sizes.append(_ratio(y.get("msgs_per_request"), x.get("msgs_per_request")))
+        sizes.append(ratio(y.get("msgs_per_request"), x.get("msgs_per_request")))
         gb_a, gb_b = x.get("broker_cpu_s_per_gb"), y.get("broker_cpu_s_per_gb")
         per_request = y.get("msgs_per_request")
         if gb_a is None or gb_b is None or not per_request:
@@ -443,9 +447,9 @@ def _forward_figures(
     res[f"{prefix}_extra_cpu_us_per_forwarded_request_median"] = _median(extra)
     res[f"{prefix}_target_leaves_cpu_us_per_forwarded_request_median"] = left_us
     floor = res.get("pipe_round_trip_floor", {}).get("cpu_us_per_round_trip")
-    res[f"{prefix}_pipe_floor_over_target_leaves"] = _ratio(floor, left_us)
+    res[f"{prefix}_pipe_floor_over_target_leaves"] = ratio(floor, left_us)
     handoff = res.get("handoff_floor", {}).get("handoff_floor_cpu_us")
-    res[f"{prefix}_handoff_floor_over_target_leaves"] = _ratio(handoff, left_us)
+    res[f"{prefix}_handoff_floor_over_target_leaves"] = ratio(handoff, left_us)
 
 
 def _once_ratios(a: Side, b: Side, res: dict[str, Any], name: Callable[[str], str]) -> None:
@@ -457,7 +461,7 @@ def _once_ratios(a: Side, b: Side, res: dict[str, Any], name: Callable[[str], st
         "fixed_rate_p99": ("fixed_rate_20k", "latency_ms", "p99"),
     }
     for what, path in paths.items():
-        res[name(what)] = _ratio(_get(b.res, *path), _get(a.res, *path))
+        res[name(what)] = ratio(get_path(b.res, *path), get_path(a.res, *path))
 
 
 def _cross_name(what: str) -> str:
@@ -501,7 +505,7 @@ def _client_figures(a: Side, b: Side, res: dict[str, Any]) -> None:
     fill: dict[str, Any] = {}
     for key, client in (("rounds", "produce"), ("rounds_batched", "produce_batch")):
         fill[client] = _median([
-            _ratio(r.get("client_cpu_s"), r.get("broker_cpu_s")) for r in a.res.get(key, [])
+            ratio(r.get("client_cpu_s"), r.get("broker_cpu_s")) for r in a.res.get(key, [])
         ])  # fmt: skip
     res["client_cores_to_fill_one_shard"] = fill
     res["client_cores_left_beside_one_shard"] = len(os.sched_getaffinity(0)) - 1
@@ -577,12 +581,12 @@ def run_shards_1_vs_2(args: argparse.Namespace, ceilings: dict[str, Any]) -> dic
                 )  # fmt: skip
             finally:
                 for side, rss in zip(sides, (rss1, rss2), strict=False):
-                    _broker_live_figures(side.res, side.broker, rss)
+                    broker_live_figures(side.res, side.broker, rss)
     except Exception as e:
         case_failed(res, case, e, **{f"smp={smp} broker": b for smp, b in brokers.items()})
     finally:
         for side in sides:
-            _broker_stop_figures(side.res, side.broker)
+            broker_stop_figures(side.res, side.broker)
     if len(sides) == 2 and sides[1].res["rounds"]:
         _summarise(sides[0], sides[1], res, "smp_2_over_1")
         _handoff_floor(res, sides[1], args.quick)
@@ -600,10 +604,10 @@ def run_shards_1_vs_2(args: argparse.Namespace, ceilings: dict[str, Any]) -> dic
         side.res["vs_ceiling"] = vs_ceiling(figures, ceilings)
         res[f"smp_{side.res['smp']}"] = side.res
     res["target_met"] = {
-        "cpu_per_gb_2_le_1_1x_1": _cmp(
+        "cpu_per_gb_2_le_1_1x_1": compare(
             res.get("cpu_per_gb_2_over_1"), "le", TARGET_CPU_PER_GB_2_OVER_1
         ),
-        "produce_2_ge_1": _cmp(res.get("produce_2_over_1"), "ge", TARGET_PRODUCE_2_OVER_1),
+        "produce_2_ge_1": compare(res.get("produce_2_over_1"), "ge", TARGET_PRODUCE_2_OVER_1),
     }
     return finish(res, t0)
 
@@ -657,11 +661,11 @@ def run_cross_core_vs_local(args: argparse.Namespace) -> dict[str, Any]:
                 _placed_rounds(sides[0], sides[1], cores, rounds, n, value, args, case)
                 _after_rounds(sides, value, fixed_s, args, case)
             finally:
-                _broker_live_figures(res, broker, rss)
+                broker_live_figures(res, broker, rss)
     except Exception as e:
         case_failed(res, case, e, broker=broker)
     finally:
-        _broker_stop_figures(res, broker)
+        broker_stop_figures(res, broker)
     for side in sides:
         res[side.name] = side.res
     if len(sides) == 2 and sides[1].res["rounds"]:
@@ -674,7 +678,7 @@ def run_cross_core_vs_local(args: argparse.Namespace) -> dict[str, Any]:
         res["produce_cross_over_local"] = res["cross_over_local_msgs_per_s_median"]
         _once_ratios(sides[0], sides[1], res, _cross_name)
     res["target_met"] = {
-        "cross_over_local_cpu_per_gb_le_1_3": _cmp(
+        "cross_over_local_cpu_per_gb_le_1_3": compare(
             res.get("cross_over_local_cpu_per_gb"), "le", TARGET_CROSS_OVER_LOCAL_CPU_PER_GB
         ),
     }

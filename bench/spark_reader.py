@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from bench.broker import RssSampler, log, tree_cpu_seconds
-from bench.run import finish, header
+from bench.report import finish, header
 from tests.support.broker import BrokerProcess
 from wire.spark.arrow import DECODER_ENV
 from wire.spark.client import ReaderClient

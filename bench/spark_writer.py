@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.broker import RssSampler, log, tree_cpu_seconds
-from bench.run import finish, header
+from bench.report import finish, header
 from tests.support.broker import BrokerProcess
 
 TOPIC = "spark-sink-bench"

@@ -539,3 +539,11 @@ def load_config(
         raise ConfigError(f"kafka_connections_max must be at least the {accepting} shards "
                           f"that accept connections, not {config.kafka_connections_max}")
     return config
+
+
+def reader_advertised(config: NodeConfig) -> str:
+    """The reader address the Spark source is told to connect to (never a wildcard)."""
+    host, port = config.reader_listen
+    if host in ("0.0.0.0", "::", ""):
+        host = config.advertise[0]
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"

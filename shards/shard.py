@@ -1,14 +1,14 @@
 """One shard: the process that runs one core's actors on one event loop.
 
-Started by the supervisor as `python -m shards.shard --shard N --shards M ...`. It pins
-itself to its core, binds the actor runtime to its loop, joins the pipe mesh of the node's
-shards, and starts its actors: a Partition per partition it owns (shards/shard_table.py), a
-GroupCoordinator, and on shard 0 the Controller (which owns the topic table and sends every
-change to all shards) and the Spark reader endpoint. It accepts Kafka connections on the
-listening socket the supervisor bound for it (shards/ports.py: one per shard, SO_REUSEPORT, so
-the kernel spreads connections over the shards); each accepted socket becomes a Connection
-actor, up to the shard's share of `kafka_connections_max`. Its stats endpoint
-(shards/stats.py) answers the supervisor's /metrics and health scrapes.
+Started by the supervisor as `python -m shards.shard_process --shard N --shards M ...`,
+which pins the process to its core and runs a `Shard`. It binds the actor runtime to its
+loop, joins the pipe mesh of the node's shards, and starts its actors: a Partition per
+partition it owns (shards/partition_table.py), a GroupCoordinator, and on shard 0 the
+Controller (which owns the topic table and sends every change to all shards) and the Spark
+reader endpoint. It accepts Kafka connections on the listening socket the supervisor bound
+for it (shards/acceptor.py). Its stats endpoint (shards/stats.py) answers the supervisor's
+/metrics and health scrapes. A cluster's node RPC, Raft and controller group are
+shards/shard_cluster.py's.
 
 This class also implements `actors.services.Services`: it is how actors reach each other, on
 this shard or, through the stand-ins' calls, on another (shards/remote.py), and the I/O
@@ -20,18 +20,14 @@ close their logs), then exit 0.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import ctypes
 import logging
 import os
-import resource
 import signal
-import socket
-import sys
 import threading
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -45,21 +41,16 @@ from actors.connection import Connection
 from actors.controller import Controller, load_topic_table
 from actors.group import OFFSETS_TOPIC, offsets_partition
 from actors.group.coordinator import GroupCoordinator
-from actors.group.messages import OffsetsOwnership
-from actors.handlers.join import send as send_to
 from actors.metrics import ShardMetrics
-from actors.partition import Delete, Partition, UpdateSettings
-from actors.partition_messages import RaftReceive, RaftUnreachable, TransferLeadership
-from actors.partition_replication import GroupKey
-from actors.runtime import actor_of, bind_loop, stop_all_actors
+from actors.runtime import bind_loop, stop_all_actors
 from actors.services import BrokerSettings, TopicTable
 from actors.topic_config import TopicSettings
 from shards import limits
+from shards.acceptor import Acceptor
 from shards.arena import ArenaLease, ArenaSet
 from shards.calls import segments, topics
-from shards.calls.raft import CONTROLLER_GROUP
-from shards.cluster_host import NOT_HOSTED, ControllerHost, cluster_id, leads, raft_status
-from shards.config import NodeConfig
+from shards.cluster_host import NOT_HOSTED, cluster_id
+from shards.config import NodeConfig, reader_advertised
 from shards.disk_space import DiskSpaceWatch
 from shards.io_pool import IoPool
 from shards.memory import MemoryBudget
@@ -69,24 +60,23 @@ from shards.raft_host import RaftHost
 from shards.reader import ReaderEndpoint
 from shards.remote import RemoteController, RemoteCoordinator, RemotePartition
 from shards.router import Router
+from shards.shard_cluster import ClusterShard
 from shards.shard_table import shard_of
-from shards.stats import StatsEndpoint
+from shards.shard_topics import TopicsShard
+from shards.stats import StatsEndpoint, failure_probes
 from shards.threads import demote_helper_threads
 from shards.watch import WatchService
 from storage.free_space import FreeSpaceGuard
-from storage.partition_dir import move_to_trash
-from storage.probes import PROBES, clear_probe, set_probe
 from wire.frame import SCRATCH_BYTES
 
-__all__ = ["Shard", "main"]
+__all__ = ["EXIT_PIPE_BROKEN", "Shard"]
 
 log = logging.getLogger(__name__)
 
-_PR_SET_PDEATHSIG = 1  # linux/prctl.h
 EXIT_PIPE_BROKEN = 70  # EX_SOFTWARE: a shard stopped itself on a broken invariant
 
 
-class Shard:
+class Shard(ClusterShard, TopicsShard):
     def __init__(
         self,
         config: NodeConfig,
@@ -136,12 +126,7 @@ class Shard:
         self.frame_scratch = bytearray(SCRATCH_BYTES)
         self._listen_fd = listen_fd
         self._reader_fd = reader_fd
-        # The node's kafka_connections_max split over the accepting shards, to the last one.
-        accepting = config.kafka_shards or shards
-        share, rest = divmod(config.kafka_connections_max, accepting)
-        self._connections_max = share + (1 if shard_id < rest else 0)
-        self._connection_count = 0
-        self._refused_connections = 0
+        self._acceptor: Acceptor | None = None
         self._stats: StatsEndpoint | None = None
         self._disk_watch: DiskSpaceWatch | None = None
         self._stats_context: zmq.Context[Any] | None = None
@@ -175,7 +160,6 @@ class Shard:
         elif shards == 1 and config.pipe_arena_bytes:
             self._arenas = ArenaSet.private(config.pipe_arena_bytes)
         self.memory = MemoryBudget(config.memory_budget_bytes, self._pipe_backlog_bytes)
-        self._listener: socket.socket | None = None
         self._reader: ReaderEndpoint | None = None  # shard 0 only
         self._stopping = False
         # A cluster (DESIGN.md §7): node RPC, Raft groups, the controller group on shard 0.
@@ -211,26 +195,6 @@ class Shard:
 
     def local_partition(self, topic: str, index: int) -> ActorRef[Any] | None:
         return self._partitions.get((topic, index))
-
-    def partition_writer(self, topic: str, index: int) -> Any:
-        """The partition's leader replica for a transaction coordinator's `WriteTxnMarker`:
-        this shard's actor, or a stand-in whose `tell()` makes the call (calls/txn_marker.py)
-        to another shard of this node or, in a cluster, to the leader's (node, shard) as this
-        shard last heard it; None when no leader is known (or no such partition)."""
-        if not self.cluster or self.raft is None:
-            return self.partition(topic, index)  # a node of its own leads every partition
-        entry = self.raft.leaders.get(topic, index)
-        if entry is None or entry.leader is None:
-            return None
-        node, shard = entry.leader
-        if node == self.config.node_id:
-            if shard == self.shard_id:
-                return self._partitions.get((topic, index))
-            target: Any = shard  # this node's shards are addressed by number
-        else:
-            target = (node, shard)
-        assert self._router is not None, "a cluster's shard has a router"
-        return RemotePartition(self._router, target, topic, index)
 
     def frame_buffer(self, nbytes: int) -> ArenaLease | None:
         return None if self._arenas is None else self._arenas.own.lease(nbytes)
@@ -271,72 +235,6 @@ class Shard:
     def group_coordinators(self) -> list[Any]:
         """Every shard's coordinator (ListGroups asks them all)."""
         return [self._coordinator_on(shard) for shard in range(self.shards)]
-
-    # Cluster services (Metadata, FindCoordinator) -------------------------------------------
-
-    def brokers(self) -> list[tuple[int, str, int, str | None]]:
-        """(id, host, port, rack) of every node Metadata lists."""
-        if not self.cluster or not self._cluster_nodes:
-            s = self.settings
-            return [(s.node_id, s.advertised_host, s.advertised_port, None)]
-        return [(n.node, n.host, n.port, n.rack) for n in self._cluster_nodes.values()]
-
-    def reader_addresses(self) -> dict[int, str]:
-        """Every registered node's Spark reader address (the reader endpoint's metadata)."""
-        nodes = {n.node: n.reader for n in self._cluster_nodes.values() if n.reader is not None}
-        nodes[self.config.node_id] = _reader_advertised(self.config)
-        return nodes
-
-    def controller_id(self) -> int:
-        if not self.cluster:
-            return self.settings.node_id
-        return -1 if self._controller_leader is None else self._controller_leader
-
-    def partition_leader(self, topic: str, index: int, guess: bool = False
-                         ) -> tuple[int, int, list[int], list[int]] | None:
-        """(leader node or -1, leader epoch, replica nodes, in-sync nodes) of a partition of a
-        cluster's topic; None on a node of its own (it leads everything, epoch 0).
-
-        With `guess`, for Metadata, while an election is on the leader before it is named,
-        at its epoch (actors/cluster/leaders.py): a stale leader costs a client one
-        NOT_LEADER_OR_FOLLOWER and a new Metadata request, where -1 costs a librdkafka
-        client's ListOffsets the wait until its next periodic refresh. A node that has heard
-        of no leader at all (a new topic's first election; a shard that has just started,
-        until its peers answer its `ask_leaders`) still answers -1: tools wait on that to
-        know a new topic's partitions are led."""
-        if not self.cluster or self.raft is None:
-            return None
-        info = self._table.topics.get(topic)
-        if not isinstance(info, PlacedTopic) or not 0 <= index < info.partitions:
-            return None
-        replicas = [node for node, _ in info.replicas[index]]
-        entry = self.raft.leaders.get(topic, index)
-        if entry is None or entry.leader is None:
-            named = self.raft.leaders.last_named(topic, index) if guess else None
-            if named is not None and named.leader is not None:
-                isr = [node for node, _ in named.isr] or [named.leader[0]]
-                return named.leader[0], named.epoch, replicas, isr
-            return -1, entry.epoch if entry is not None else -1, replicas, []
-        isr = [node for node, _ in entry.isr] or [entry.leader[0]]
-        return entry.leader[0], entry.epoch, replicas, isr
-
-    def coordinator_node(self, group_id: str) -> tuple[int, str, int] | None:
-        """The node that coordinates `group_id` (its offsets partition's leader): (id, host,
-        port), or None when no leader is known."""
-        if not self.cluster:
-            s = self.settings
-            return s.node_id, s.advertised_host, s.advertised_port
-        info = self._table.topics.get(OFFSETS_TOPIC)
-        if info is None:
-            return None
-        leader = self.partition_leader(
-            OFFSETS_TOPIC, offsets_partition(group_id, info.partitions))
-        if leader is None or leader[0] < 0:
-            return None
-        node = self._cluster_nodes.get(leader[0])
-        if node is None:
-            return None
-        return node.node, node.host, node.port
 
     def local_group_coordinator(self) -> Any:
         return self._group_coordinator
@@ -382,63 +280,6 @@ class Shard:
         else:
             topics.broadcast(self._router, table, done)
 
-    def on_topics_changed(self, table: TopicTable) -> None:
-        """Start and stop Partition actors so this shard owns exactly its share of the table."""
-        old = self._table
-        if table.version <= old.version and old.version:
-            return  # a copy of the table this shard already has (start-up races)
-        self._table = table
-        if self.raft is not None:
-            self.raft.leaders.set_topics(table)
-            if not old.version:  # the first table: ask the peers who leads (calls/leaders.py)
-                self.raft.ask_leaders()
-        for name, info in table.topics.items():
-            settings = TopicSettings.of(info.configs, self.settings)
-            previous = old.topics.get(name)
-            if previous is not None and previous.topic_id != info.topic_id:
-                self._delete_topic(name, previous.partitions)
-                previous = None
-            if previous is not None and self._topic_settings.get(name) != settings:
-                for index in range(previous.partitions):
-                    ref = self._partitions.get((name, index))
-                    if ref is not None:
-                        ref.tell(UpdateSettings(settings))
-            self._topic_settings[name] = settings
-            first_new = previous.partitions if previous is not None else 0
-            for index in range(first_new, info.partitions):
-                owner = self.owner_of(name, index)
-                if owner < 0:
-                    continue  # a cluster's partition with no replica on this node
-                if owner != self.shard_id:
-                    assert self._router is not None
-                    self._remote_partitions[(name, index)] = RemotePartition(
-                        self._router, owner, name, index
-                    )
-                    continue
-                directory = Path(self.settings.data_dir) / f"{name}-{index}"
-                replicas = info.replicas[index] if isinstance(info, PlacedTopic) else ()
-                self._partitions[(name, index)] = Partition.start(
-                    name, index, info.topic_id, directory, settings, self, replicas
-                )
-        for name, info in old.topics.items():
-            if name not in table.topics:
-                self._delete_topic(name, info.partitions)
-
-    def _delete_topic(self, name: str, partitions: int) -> None:
-        self._topic_settings.pop(name, None)
-        if self.metrics is not None:  # a topic made again under its name counts from zero
-            self.metrics.forget(name)
-        for index in range(partitions):
-            self._remote_partitions.pop((name, index), None)
-            directory = Path(self.settings.data_dir) / f"{name}-{index}"
-            ref = self._partitions.pop((name, index), None)
-            if ref is not None:
-                ref.tell(Delete(move_to_trash(directory)))
-            else:
-                self.long_polls.gone((name, index))
-                if self._router is not None:
-                    self._router.segment_files.forget_under(str(directory) + "/")
-
     # Serving ------------------------------------------------------------------------------
 
     def start(self) -> None:
@@ -476,12 +317,11 @@ class Shard:
                 self.on_topics_changed(load_topic_table(self.settings.data_dir))
         self._group_coordinator = GroupCoordinator.start(self, self._owns_offsets_partition)
         if self._listen_fd is not None:
-            self._listener = socket.socket(fileno=self._listen_fd)
-            self._listener.setblocking(False)
-            self.loop.add_reader(self._listener.fileno(), self._accept)
+            self._acceptor = Acceptor(self.config, self.shard_id, self.shards, self.loop,
+                                      self._listen_fd, lambda sock: Connection.start(sock, self))
         if self._reader_fd is not None:
             self._reader = ReaderEndpoint(
-                self, self.loop, self.config.reader_listen, _reader_advertised(self.config),
+                self, self.loop, self.config.reader_listen, reader_advertised(self.config),
                 listening_fd=self._reader_fd,
             )
         self._disk_watch = DiskSpaceWatch(
@@ -490,7 +330,8 @@ class Shard:
         self._stats_context = zmq.Context(io_threads=1)
         self._stats = StatsEndpoint(
             self.loop, self._stats_context, self.run_dir, self.shard_id, self.snapshot,
-            {"probes": self._failure_probes},
+            {"probes": partial(
+                failure_probes, self.config.enable_failure_injection, self.shard_id)},
         )
         for signum in (signal.SIGTERM, signal.SIGINT):
             self.loop.add_signal_handler(signum, self.stop)
@@ -507,116 +348,6 @@ class Shard:
             self.settings.data_dir,
         )
         self._ready = True
-
-    # The cluster: node RPC, the controller group, Raft messages ---------------------------
-
-    def _start_node_rpc(self) -> None:
-        config = self.config
-        peers = dict(config.seed_nodes)
-        self._node_mesh = NodeMesh(
-            config.node_id, self.shard_id, self.loop, self._on_node_message,
-            (config.rpc_host, config.rpc_port), peers=peers, local=self._mesh,
-            on_unreachable=self._on_unreachable, listening_fd=self._rpc_fd)
-        self._router = Router(self, self._node_mesh, self._arenas,
-                              expires=self._node_mesh.is_remote)
-        assert self.raft is not None
-        self.raft.bind(self._router, self._node_mesh, self._shards_of)
-        self.raft.on_role_change = self._role_changed
-
-    def _shards_of(self, node: int) -> int:
-        if node == self.config.node_id:
-            return self.shards
-        info = self._cluster_nodes.get(node)
-        return info.shards if info is not None else 1
-
-    def _start_cluster_controller(self) -> Any:
-        config = self.config
-        host, port = config.advertise
-        me = NodeInfo(config.node_id, host, port, config.rpc_host, config.rpc_port,
-                      self.shards, self.settings.partitions_max,
-                      reader=_reader_advertised(config))
-        assert self.raft is not None
-        controller = ClusterController.start(
-            self.settings, me, tuple(sorted(config.seed_nodes)), ControllerHost(self),
-            self.raft.hard_states, config.raft_election_ticks, 1, config.default_replicas)
-        actor = actor_of(controller)
-        assert isinstance(actor, ClusterController)
-        self._controller_actor = actor
-        self.raft.register(CONTROLLER_GROUP, actor.tick)
-        return controller
-
-    def _on_node_message(self, source: Any, header: Any, frames: list[Any]) -> None:
-        assert self._router is not None
-        self._router.on_message(source, header, frames)
-
-    def _on_unreachable(self, address: Any) -> None:
-        """Node RPC gave up on a send to `address`: the groups with a replica there probe it
-        again later (Raft's MsgUnreachable)."""
-        node, shard = address
-        for (topic, index), ref in list(self._partitions.items()):
-            info = self._table.topics.get(topic)
-            if isinstance(info, PlacedTopic) and address in info.replicas[index]:
-                ref.tell(RaftUnreachable(address))
-
-    def raft_heard_from(self, source: Any) -> None:
-        if self.raft is not None:
-            self.raft.heard_from(source)
-
-    def raft_receive(self, key: GroupKey, messages: list[Any]) -> None:
-        """Messages for the replica here of the group `key`. One of another incarnation of
-        the topic name (deleted and created again: actors/partition_replication.GroupKey) must
-        never take them, nor answer: they are dropped and counted, as are those for a replica
-        not started here (yet, or any more; Raft sends again)."""
-        assert self.raft is not None
-        if key == CONTROLLER_GROUP:
-            target = self._controller if self.shard_id == 0 else None
-            if target is not None:
-                send_to(target, RaftReceive(messages))
-            return
-        ref = self._partitions.get((key.topic, key.partition))
-        actor = actor_of(ref) if ref is not None else None
-        if not isinstance(actor, Partition):
-            self.raft.dropped["no_replica"] += len(messages)
-        elif actor.topic_id != key.topic_id:
-            self.raft.dropped["other_incarnation"] += len(messages)
-        else:
-            actor.raft_input(messages)
-
-    def leaders_heard(self, updates: list[Any]) -> None:
-        if self.raft is not None:
-            self.raft.heard(updates)
-
-    def leaders_asked(self, source: Any) -> None:
-        if self.raft is not None:
-            self.raft.tell_led(source)
-
-    def cluster_changed(self, controller_leader: int | None, nodes: dict[int, NodeInfo]) -> None:
-        """Shard 0's controller says who leads it and which nodes are registered."""
-        self._controller_leader = controller_leader
-        if nodes != self._cluster_nodes:
-            self._cluster_nodes = dict(nodes)
-            if self._node_mesh is not None:
-                peers = dict(self.config.seed_nodes)
-                peers.update({n: (i.rpc_host, i.rpc_port) for n, i in nodes.items()
-                              if n not in peers})
-                self._node_mesh.set_peers(peers)
-
-    def _role_changed(self, topic: str, _index: int) -> None:
-        if topic == OFFSETS_TOPIC:
-            self._offsets_leadership_changed()
-
-    def _offsets_leadership_changed(self) -> None:
-        """Tell this shard's group coordinator which `__consumer_offsets` partitions it owns
-        now: those whose replica here leads (a coordinator moves with its partition's
-        leader, actors/group/coordinator.py)."""
-        coordinator = self._group_coordinator
-        if coordinator is None:
-            return
-        led = frozenset(index for (topic, index), ref in self._partitions.items()
-                        if topic == OFFSETS_TOPIC and leads(ref))
-        if led != self._offsets_led:
-            self._offsets_led = led
-            coordinator.tell(OffsetsOwnership(led))
 
     def snapshot(self) -> dict[str, Any]:
         """What this shard reports to the supervisor's admin server (shards/stats.py)."""
@@ -644,51 +375,25 @@ class Shard:
             "arena_regions": arena.live_regions if arena is not None else 0,
             "io_outstanding": self._io.outstanding,
             "read_io_outstanding": self._read_io.outstanding,
-            "connections_refused": self._refused_connections,
+            "connections_refused": self._acceptor.refused if self._acceptor is not None else 0,
             "disk_free_bytes": self.disk_space.free_bytes,
             "disk_alert": int(self.disk_space.alert),
             "metrics": None if self.metrics is None else self.metrics.snapshot(),
             **self._cluster_snapshot(),
         }
 
-    def _cluster_snapshot(self) -> dict[str, Any]:
-        if not self.cluster:
-            return {}
-        raft = []
-        for ref in self._partitions.values():
-            status = raft_status(ref)
-            if status is not None:
-                raft.append(status)
+    def _start_node_rpc(self) -> None:
+        config = self.config
+        peers = dict(config.seed_nodes)
+        self._node_mesh = NodeMesh(
+            config.node_id, self.shard_id, self.loop, self._on_node_message,
+            (config.rpc_host, config.rpc_port), peers=peers, local=self._mesh,
+            on_unreachable=self._on_unreachable, listening_fd=self._rpc_fd)
+        self._router = Router(self, self._node_mesh, self._arenas,
+                              expires=self._node_mesh.is_remote)
         assert self.raft is not None
-        extra: dict[str, Any] = {"raft": raft, "raft_dropped": dict(self.raft.dropped)}
-        if self.shard_id == 0 and self._controller is not None:
-            actor = self._controller_actor
-            extra["controller"] = {
-                "leader": self.controller_id(), "nodes": sorted(self._cluster_nodes),
-                "term": actor.status()["term"] if actor is not None else -1}
-        if self._node_mesh is not None:
-            extra["node_rpc"] = self._node_mesh.snapshot()
-        return extra
-
-    def _failure_probes(self, request: dict[str, Any]) -> dict[str, Any]:
-        """The admin API's /v1/failure-probes, on this shard (shards/stats.py): set or clear
-        a probe (storage/probes.py), then say which are set."""
-        if not self.config.enable_failure_injection:
-            return {"error": "failure injection is off (enable_failure_injection: false)"}
-        op, name = request.get("op"), request.get("probe")
-        try:
-            if op == "set":
-                set_probe(str(name), int(request.get("ms", 0)))
-                log.warning("shard %d: failure probe %s set %s", self.shard_id, name,
-                            request.get("ms", ""))
-            elif op == "clear":
-                clear_probe(None if name is None else str(name))
-                log.warning("shard %d: failure probe %s cleared", self.shard_id, name or "(all)")
-            elif op != "list":
-                return {"error": f"unknown probe operation {op!r}"}
-        except (KeyError, ValueError, TypeError):
-            return {"error": f"bad probe request {request!r}"}
-        return {"probes": PROBES.describe()}
+        self.raft.bind(self._router, self._node_mesh, self._shards_of)
+        self.raft.on_role_change = self._role_changed
 
     def _on_pipe_message(self, source: int, header: Any, frames: list[Any]) -> None:
         assert self._router is not None
@@ -718,45 +423,17 @@ class Shard:
             mesh.writer(t).backlog_bytes for t in range(self.shards) if t != self.shard_id)
         return pipes + (self._node_mesh.backlog_bytes if self._node_mesh is not None else 0)
 
-    def _accept(self) -> None:
-        assert self._listener is not None
-        for _ in range(limits.accepts_per_turn_max):
-            try:
-                sock, _ = self._listener.accept()
-            except (BlockingIOError, InterruptedError):
-                return
-            except OSError as e:
-                log.warning("accept failed: %s", e)
-                return
-            if self._connection_count >= self._connections_max:
-                self._refuse(sock)
-                continue
-            self._connection_count += 1
-            Connection.start(sock, self)
-
     def connection_closed(self) -> None:
-        self._connection_count -= 1
-
-    def _refuse(self, sock: socket.socket) -> None:
-        """Over the connection limit: close at once (the client backs off and retries)."""
-        sock.close()
-        self._refused_connections += 1
-        if self._refused_connections % limits.refused_connections_log_every == 1:
-            log.warning(
-                "shard %d: %d connections open, the most it takes (kafka_connections_max "
-                "%d over %d shards): refused %d so far",
-                self.shard_id, self._connection_count, self.config.kafka_connections_max,
-                self.config.kafka_shards or self.shards, self._refused_connections,
-            )  # fmt: skip
+        if self._acceptor is not None:
+            self._acceptor.closed()
 
     def stop(self) -> None:
         if self._stopping:
             return
         self._stopping = True
         log.info("shard %d stopping", self.shard_id)
-        if self._listener is not None:
-            self.loop.remove_reader(self._listener.fileno())
-            self._listener.close()
+        if self._acceptor is not None:
+            self._acceptor.close()
         if self._reader is not None:
             self._reader.close()
             self._reader = None
@@ -773,32 +450,6 @@ class Shard:
     def _stop_actors(self) -> None:
         stop_all_actors()
         self.loop.call_soon(self._check_stopped, self.loop.time() + limits.shard_drain_timeout_s)
-
-    def _hand_over(self, deadline: float) -> None:
-        """A clean stop of a cluster's node: every group this shard leads hands leadership to
-        its most caught-up follower first (Raft's leadership transfer: the follower campaigns
-        at once, no election timeout), so its partitions are writable again within a round
-        trip or two; then the actors stop. A transfer that does not finish by `deadline`
-        (no follower reachable) is given up: the others elect after their timeout."""
-        leading = [ref for ref in self._partitions.values() if leads(ref)]
-        controller = self._controller_actor
-        if controller is not None and controller.is_leader():
-            controller.transfer_leadership()
-        for ref in leading:
-            ref.tell(TransferLeadership(lambda _started: None))
-        self.loop.call_later(0.01, self._handed_over, deadline)
-
-    def _handed_over(self, deadline: float) -> None:
-        controller = self._controller_actor
-        busy = any(leads(ref) for ref in self._partitions.values()) or (
-            controller is not None and controller.is_leader())
-        if busy and self.loop.time() < deadline:
-            self.loop.call_later(0.01, self._handed_over, deadline)
-            return
-        if busy:
-            log.warning("shard %d: leadership not handed over within %.1f s; stopping anyway",
-                        self.shard_id, limits.leadership_transfer_timeout_s)
-        self._stop_actors()
 
     def _check_stopped(self, deadline: float) -> None:
         # Partitions close their logs when their last flush returns: wait for the pool too.
@@ -833,79 +484,3 @@ class Shard:
                 self._mesh.close()
             self.loop.close()
         log.info("shard %d stopped", self.shard_id)
-
-
-def _reader_advertised(config: NodeConfig) -> str:
-    """The reader address the Spark source is told to connect to (never a wildcard)."""
-    host, port = config.reader_listen
-    if host in ("0.0.0.0", "::", ""):
-        host = config.advertise[0]
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-
-
-def _raise_open_files_limit() -> None:
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    wanted = (
-        min(hard, limits.open_files_wanted)
-        if hard != resource.RLIM_INFINITY
-        else limits.open_files_wanted
-    )
-    if soft < wanted:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
-
-
-def setup_logging(level: str, shard_id: int | None) -> None:
-    who = "supervisor" if shard_id is None else f"shard{shard_id}"
-    logging.basicConfig(
-        level=getattr(logging, level.upper(), logging.INFO),
-        format=f"%(asctime)s %(levelname)s {who} %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
-
-
-def _die_with_supervisor(supervisor_pid: int) -> None:
-    """Ask the kernel to SIGTERM this shard when the supervisor dies, even by SIGKILL.
-
-    Without it a killed supervisor leaves shards serving the port and holding the logs.
-    """
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0) != 0:
-        log.warning("prctl(PR_SET_PDEATHSIG) failed: errno %d", ctypes.get_errno())
-    if os.getppid() != supervisor_pid:  # the supervisor died before prctl took effect
-        os.kill(os.getpid(), signal.SIGTERM)
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="shards.shard")
-    parser.add_argument("--shard", type=int, required=True)
-    parser.add_argument("--core", type=int, required=True)
-    parser.add_argument("--config-json", required=True)
-    parser.add_argument("--supervisor-pid", type=int, default=os.getppid())
-    parser.add_argument("--shards", type=int, default=1)
-    parser.add_argument("--run-dir", default="")
-    parser.add_argument("--arena-fds", default="", help="memfds of every shard's arena, in order")
-    parser.add_argument("--listen-fd", type=int, help="the Kafka listening socket to accept on")
-    parser.add_argument("--reader-fd", type=int, help="the Spark reader's listening socket")
-    parser.add_argument("--rpc-fd", type=int, help="the node RPC socket (a cluster's node)")
-    args = parser.parse_args(argv)
-    config = NodeConfig.from_json(args.config_json)
-    setup_logging(config.log_level, args.shard)
-    _die_with_supervisor(args.supervisor_pid)
-    os.sched_setaffinity(0, {args.core})
-    _raise_open_files_limit()
-    threading.current_thread().name = f"shard{args.shard}"
-    try:
-        arena_fds = [int(fd) for fd in args.arena_fds.split(",")] if args.arena_fds else None
-        shard = Shard(
-            config, args.shard, args.shards, args.run_dir, arena_fds, args.listen_fd,
-            args.reader_fd, args.rpc_fd,
-        )
-        shard.run()
-    except OSError as e:
-        log.error("shard %d cannot serve: %s", args.shard, e)
-        return 1
-    return shard.exit_code
-
-
-if __name__ == "__main__":
-    sys.exit(main())

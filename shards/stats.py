@@ -26,8 +26,9 @@ import zmq
 
 from shards import limits
 from shards.loop_router import LoopRouter
+from storage.probes import PROBES, clear_probe, set_probe
 
-__all__ = ["StatsEndpoint", "stats_path"]
+__all__ = ["StatsEndpoint", "failure_probes", "stats_path"]
 
 log = logging.getLogger(__name__)
 
@@ -81,3 +82,25 @@ class StatsEndpoint:
             log.error("stats: bad request of %d frames dropped", len(frames))
             return
         self._router.send(identity, [msgpack.packb(answer, use_bin_type=True)])
+
+
+def failure_probes(enabled: bool, shard_id: int, request: dict[str, Any]) -> dict[str, Any]:
+    """The admin API's /v1/failure-probes, on this shard (shards/stats.py): set or clear
+    a probe (storage/probes.py), then say which are set. `enabled`: the node's
+    `enable_failure_injection`."""
+    if not enabled:
+        return {"error": "failure injection is off (enable_failure_injection: false)"}
+    op, name = request.get("op"), request.get("probe")
+    try:
+        if op == "set":
+            set_probe(str(name), int(request.get("ms", 0)))
+            log.warning("shard %d: failure probe %s set %s", shard_id, name,
+                        request.get("ms", ""))
+        elif op == "clear":
+            clear_probe(None if name is None else str(name))
+            log.warning("shard %d: failure probe %s cleared", shard_id, name or "(all)")
+        elif op != "list":
+            return {"error": f"unknown probe operation {op!r}"}
+    except (KeyError, ValueError, TypeError):
+        return {"error": f"bad probe request {request!r}"}
+    return {"probes": PROBES.describe()}

@@ -36,7 +36,7 @@ from shards.admin import AdminServer, Node
 from shards.arena import create_arena_fds
 from shards.config import NodeConfig
 from shards.ports import PortTaken, kafka_listeners, listen_socket, node_rpc_listeners
-from shards.shard import setup_logging
+from shards.shard_process import setup_logging
 from storage.partition_dir import TRASH_SUFFIX
 
 __all__ = ["run"]
@@ -183,7 +183,7 @@ def _start_shard(
     command = [
         sys.executable,
         "-m",
-        "shards.shard",
+        "shards.shard_process",
         "--shard",
         str(shard_id),
         "--core",

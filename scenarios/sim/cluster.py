@@ -86,7 +86,6 @@ class SimShard(Shard):
 
     def connect(self, sock: Any) -> ActorRef[Any]:
         """A client connection accepted by this shard."""
-        self._connection_count += 1
         ref = Connection.start(sock, self)
         self.connections.append(ref)
         return ref

@@ -1,4 +1,4 @@
-"""The cheapest client of the shard cases (`bench.run.produce_max_batched`) against a real
+"""The cheapest client of the shard cases (`bench.clients.produce_max_batched`) against a real
 node: every message it reports sent is in the log, in each partition's share, also when the
 client's local queue fills and refuses part of a batch."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-from bench.run import PRODUCE_BATCH_MESSAGES, produce_max_batched
+from bench.clients import PRODUCE_BATCH_MESSAGES, produce_max_batched
 from tests.support.broker import BrokerProcess
 from tests.support.kafka import create_topic
 

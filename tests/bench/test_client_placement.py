@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from bench.broker import Broker
-from bench.run import CaseError
+from bench.report import CaseError
 from bench.shards import (
     CLIENT_PLACEMENTS,
     _client_bound_prediction,
