@@ -7,6 +7,16 @@ runs the state machines' effects — replies, timers on the shard loop, and meta
 or a DeleteGroups is answered only once the Partition actor says the records are produced
 (acks=-1). Records use Kafka's byte layouts (`log_records`).
 
+The actor keeps its mailbox, the queue of requests waiting for a load, ownership, the ends of
+loads and the one I/O every piece shares (`_append`); what it serves is decided by pieces it
+dispatches to, each handed only the callables it needs (never this class):
+
+    membership.py   the groups' state machines, their effects and timers; Describe/ListGroups
+    offsets.py      committed and transactional offsets, OffsetDelete, DeleteGroups, expiry
+    requests.py     which groups a request waits for, and how one is refused
+    loading.py      reading an offsets partition back (the `PartitionLoader`)
+    txn_coordinator.py   the transaction requests (below)
+
 Ownership is per offsets partition. On one node the shard that hosts partition p owns it
 (`owns(p)`, given at start, fixed). In a cluster p moves with its Raft leader: the shard
 sends `OffsetsOwnership` with the whole owned set whenever one of its offsets replicas gains
@@ -58,26 +68,21 @@ from actors.controller import CreateTopics, TopicResult, TopicSpec
 from actors.group import OFFSETS_TOPIC, limits, offsets_partition
 from actors.group.appends import commit_error
 from actors.group.loading import LOADER_MESSAGES, PartitionLoad, PartitionLoader
-from actors.group.membership import GROUP_EVENTS, Membership, not_described, refuse_event
+from actors.group.membership import Membership
 from actors.group.messages import (
-    AddTxnOffsets,
-    AddTxnPartitions,
     CommitOffsets,
     DeleteGroups,
     DeleteOffsets,
     DescribeGroups,
-    DescribeTxns,
-    EndTransaction,
     EnsureReady,
     FetchOffsets,
-    InitTransactional,
     ListGroups,
-    ListTxns,
     OffsetsOwnership,
     TxnCommitOffsets,
     TxnOffsetsMarker,
 )
 from actors.group.offsets import GroupOffsets
+from actors.group.requests import group_ids_of, refuse
 from actors.group.state import Heartbeat, Join, Leave, Sync
 from actors.group.txn_coordinator import TXN_MESSAGES, TXN_REQUESTS, TxnCoordinator
 from actors.partition import Produce, ProduceResult
@@ -108,23 +113,6 @@ class _Phase(enum.Enum):
     NEW = "new"  # `__consumer_offsets` not seen yet; it may not exist
     CREATING = "creating"
     READY = "ready"  # the topic exists: partitions load, and are served, one by one
-
-
-def _group_ids(message: Any) -> Sequence[str] | None:
-    """The groups (or transactional ids) a request is about; None: every group (it waits for
-    every load)."""
-    if isinstance(message, ListGroups | ListTxns):
-        return None
-    if isinstance(message, DescribeTxns):
-        return message.transactional_ids
-    if isinstance(message, InitTransactional | AddTxnPartitions | AddTxnOffsets
-                  | EndTransaction):
-        return (message.transactional_id,)
-    if isinstance(message, EnsureReady):
-        return None if message.group_id is None else (message.group_id,)
-    if isinstance(message, DescribeGroups | DeleteGroups):
-        return message.group_ids
-    return (message.group_id,)
 
 
 # The actor ------------------------------------------------------------------------------------
@@ -213,7 +201,7 @@ class GroupCoordinator(LoopActor):
             self._wait(message, requeued)
             self._find_topic()
             return
-        group_ids = _group_ids(message)
+        group_ids = group_ids_of(message)
         if group_ids is None:
             if self._loads:
                 self._wait(message, requeued)
@@ -371,25 +359,8 @@ class GroupCoordinator(LoopActor):
         """Answer a request that cannot be served here (now) with `error`."""
         if isinstance(message, TXN_REQUESTS):
             self._txns.refuse(message, error)
-        elif isinstance(message, GROUP_EVENTS):
-            refuse_event(message, error)
-        elif isinstance(message, EnsureReady):
-            message.reply(error)
-        elif isinstance(message, CommitOffsets | TxnCommitOffsets):
-            message.reply([error] * len(message.entries))
-        elif isinstance(message, DeleteGroups):
-            message.reply([error] * len(message.group_ids))
-        elif isinstance(message, DeleteOffsets):
-            message.reply(error, [error] * len(message.partitions))
-        elif isinstance(message, FetchOffsets):
-            if message.with_error:
-                message.reply(error, [])
-            else:
-                message.reply([])
-        elif isinstance(message, DescribeGroups):
-            message.reply([not_described(g, error) for g in message.group_ids])
-        elif isinstance(message, ListGroups):
-            message.reply([])
+        else:
+            refuse(message, error)
 
     def _ensure_ready(self, m: EnsureReady) -> None:
         m.reply(ErrorCode.NONE)  # dispatched only once its partition (or every one) loaded

@@ -28,7 +28,6 @@ from actors.group.state import (
     Heartbeat,
     HeartbeatResult,
     Join,
-    JoinResult,
     Leave,
     LeaveResult,
     Persist,
@@ -40,9 +39,7 @@ from actors.group.state import (
 from actors.services import now_ms
 from wire.errors import ErrorCode
 
-__all__ = ["GROUP_EVENTS", "Membership", "not_described", "refuse_event"]
-
-GROUP_EVENTS = (Join, Sync, Heartbeat, Leave)
+__all__ = ["Membership", "not_described"]
 
 
 class Membership:
@@ -180,18 +177,6 @@ class Membership:
                 if group.state != GroupState.DEAD
             ]
         )
-
-
-def refuse_event(message: Join | Sync | Heartbeat | Leave, error: ErrorCode) -> None:
-    """Answer a group event that cannot be served here (now) with `error`."""
-    if isinstance(message, Join):
-        message.reply(JoinResult(error, member_id=message.member_id))
-    elif isinstance(message, Sync):
-        message.reply(SyncResult(error))
-    elif isinstance(message, Heartbeat):
-        message.reply(HeartbeatResult(error))
-    else:
-        message.reply(LeaveResult(error))
 
 
 def not_described(group_id: str, error: ErrorCode) -> GroupDescription:
