@@ -28,11 +28,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
-from pykka import ActorDeadError
+from pykka import ActorDeadError, ActorRef
 
 from actors.controller import AllocateProducerId
 from actors.group import OFFSETS_TOPIC, limits
@@ -98,12 +99,26 @@ class _MarkerJob:
         self.timers.clear()
 
 
+class OwnerActor(Protocol):
+    """What the transaction coordinator uses of the actor that owns it (the GroupCoordinator):
+    where its answers go, its timers, and whether it has stopped."""
+
+    @property
+    def actor_ref(self) -> ActorRef[Any]: ...
+
+    @property
+    def actor_stopped(self) -> threading.Event: ...
+
+    def call_later(self, delay_s: float, callback: Callable[[], None]) -> asyncio.TimerHandle:
+        ...
+
+
 class TxnCoordinator:
     """See the module docstring. `append(id, records, done)` is the coordinator's append to
     the id's offsets partition; `partition_of(id)` its offsets partition; `incarnation(id)`
     which load of that partition is served (None: not served)."""
 
-    def __init__(self, services: Services, actor: Any,
+    def __init__(self, services: Services, actor: OwnerActor,
                  append: Callable[[str, Sequence[tuple[bytes, bytes | None]],
                                    Callable[[ErrorCode], None]], None],
                  partition_of: Callable[[str], int],

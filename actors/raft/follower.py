@@ -42,8 +42,6 @@ streaming to us probes back from what we acknowledged.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from actors.raft.messages import (
     AdvanceStart,
     Append,
@@ -53,15 +51,13 @@ from actors.raft.messages import (
     Range,
     TruncateAfter,
 )
-
-if TYPE_CHECKING:
-    from actors.raft.machine import RaftMachine
+from actors.raft.state import RaftState
 
 __all__ = ["follow_log_start", "handle_append", "handle_heartbeat", "handle_install",
            "maybe_ack"]
 
 
-def handle_append(r: RaftMachine, m: Message) -> None:
+def handle_append(r: RaftState, m: Message) -> None:
     _note_leader_start(r, m)
     prev, prev_term, ranges = m.offset, m.log_term, m.ranges
     if prev < r.commit:
@@ -93,7 +89,7 @@ def handle_append(r: RaftMachine, m: Message) -> None:
     _accept(r, ranges[-1].last if ranges else prev, m.commit)
 
 
-def _holds(r: RaftMachine, prev: int, prev_term: int, ranges: tuple[Range, ...]) -> bool:
+def _holds(r: RaftState, prev: int, prev_term: int, ranges: tuple[Range, ...]) -> bool:
     """Whether our log holds the leader's entry at `prev` (its term `prev_term`). The entry
     before our log start is committed, so it is the leader's, whatever term we kept for it
     (module docstring). And where the leader's own log start forgot the term before it
@@ -117,7 +113,7 @@ def _skip_committed(ranges: tuple[Range, ...],
     raise AssertionError((ranges, commit))
 
 
-def handle_heartbeat(r: RaftMachine, m: Message) -> None:
+def handle_heartbeat(r: RaftState, m: Message) -> None:
     _note_leader_start(r, m)
     commit = min(m.commit, r.log.last_offset)
     if commit > r.commit:
@@ -129,7 +125,7 @@ def handle_heartbeat(r: RaftMachine, m: Message) -> None:
         r.quiesced = True  # the leader has nothing to send until its next proposal
 
 
-def handle_install(r: RaftMachine, m: Message) -> None:
+def handle_install(r: RaftState, m: Message) -> None:
     """MsgSnap: the leader's log starts after `m.offset`, which has term `m.log_term`; its
     first entry is `m.ranges[0]`, if it has one."""
     before_start = m.offset
@@ -145,7 +141,7 @@ def handle_install(r: RaftMachine, m: Message) -> None:
         _accept(r, before_start, m.commit)
 
 
-def _accept(r: RaftMachine, upto: int, leader_commit: int) -> None:
+def _accept(r: RaftState, upto: int, leader_commit: int) -> None:
     """Our log matches the leader's up to `upto`; the append that told us wants an answer."""
     if upto > r.leader_match:
         r.leader_match = upto
@@ -159,12 +155,12 @@ def _accept(r: RaftMachine, upto: int, leader_commit: int) -> None:
     maybe_ack(r)
 
 
-def _note_leader_start(r: RaftMachine, m: Message) -> None:
+def _note_leader_start(r: RaftState, m: Message) -> None:
     if m.log_start > r.leader_log_start:
         r.leader_log_start = m.log_start
 
 
-def follow_log_start(r: RaftMachine) -> None:
+def follow_log_start(r: RaftState) -> None:
     """Move the log start up to the leader's, as far as the commit allows: what is below
     the leader's start and at or below our commit is committed, so gone from its log too."""
     start = min(r.leader_log_start, r.commit + 1)
@@ -173,7 +169,7 @@ def follow_log_start(r: RaftMachine) -> None:
         r.log_writes.append(AdvanceStart(start))
 
 
-def maybe_ack(r: RaftMachine) -> None:
+def maybe_ack(r: RaftState) -> None:
     """Answer the leader for what is both synced and known to match its log."""
     if not r.ack_due or r.leader is None:
         return

@@ -24,18 +24,14 @@ follower marks it recently active for check-quorum, so an append stands in for a
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from actors.raft.messages import Message, MsgType, NodeId, Range
 from actors.raft.progress import Progress, ProgressState, quorum_offset
-
-if TYPE_CHECKING:
-    from actors.raft.machine import RaftMachine
+from actors.raft.state import RaftState
 
 __all__ = ["broadcast_heartbeat", "leader_acked", "send_pending_appends", "step_leader"]
 
 
-def send_pending_appends(r: RaftMachine) -> None:
+def send_pending_appends(r: RaftState) -> None:
     """Send the appends gathered in `want_append` (leader only), as many per follower as
     its progress allows."""
     if not r.want_append:
@@ -48,7 +44,7 @@ def send_pending_appends(r: RaftMachine) -> None:
                 pass
 
 
-def _send_append(r: RaftMachine, to: NodeId, force: bool) -> bool:
+def _send_append(r: RaftState, to: NodeId, force: bool) -> bool:
     pr = r.progress[to]
     if pr.paused:
         return False
@@ -82,7 +78,7 @@ def _send_append(r: RaftMachine, to: NodeId, force: bool) -> bool:
     return True
 
 
-def _send_install(r: RaftMachine, to: NodeId, pr: Progress) -> bool:
+def _send_install(r: RaftState, to: NodeId, pr: Progress) -> bool:
     if not pr.recent_active:
         return False  # not to a follower that answers nothing: wait for it to come back
     log = r.log
@@ -96,7 +92,7 @@ def _send_install(r: RaftMachine, to: NodeId, pr: Progress) -> bool:
     return True
 
 
-def broadcast_heartbeat(r: RaftMachine, quiesce: bool = False) -> None:
+def broadcast_heartbeat(r: RaftState, quiesce: bool = False) -> None:
     """Heartbeat every follower (`quiesce`: the last before the group goes quiet). Cheap to
     drop: the orchestrator may skip a heartbeat to a peer that got an append of this group
     within the heartbeat interval (an append resets the follower's election timer too, and
@@ -108,13 +104,13 @@ def broadcast_heartbeat(r: RaftMachine, quiesce: bool = False) -> None:
                        quiesce=quiesce, log_start=r.log.log_start))
 
 
-def leader_acked(r: RaftMachine) -> None:
+def leader_acked(r: RaftState) -> None:
     """The leader's own flushed offset moved."""
     if _maybe_commit(r):
         _want_all(r)
 
 
-def _maybe_commit(r: RaftMachine) -> bool:
+def _maybe_commit(r: RaftState) -> bool:
     offsets = [pr.match for pr in r.progress.values()]
     offsets.append(r.log.flushed_offset)
     q = quorum_offset(offsets)
@@ -124,12 +120,12 @@ def _maybe_commit(r: RaftMachine) -> bool:
     return False
 
 
-def _want_all(r: RaftMachine) -> None:
+def _want_all(r: RaftState) -> None:
     for p in r.peers:
         r.want_append.setdefault(p, False)
 
 
-def step_leader(r: RaftMachine, m: Message) -> None:
+def step_leader(r: RaftState, m: Message) -> None:
     pr = r.progress.get(m.sender)
     if pr is None:
         return  # not a peer (or ourselves: a transfer to the leader is a no-op)
@@ -154,7 +150,7 @@ def step_leader(r: RaftMachine, m: Message) -> None:
         _transfer(r, m.sender, pr)
 
 
-def _handle_append_resp(r: RaftMachine, m: Message, pr: Progress) -> None:
+def _handle_append_resp(r: RaftState, m: Message, pr: Progress) -> None:
     if m.reject:
         # The follower's hint (offset, term) names its last entry of a term <= our prev
         # term; the largest offset of ours at or below it with a term <= that is where the
@@ -181,13 +177,13 @@ def _handle_append_resp(r: RaftMachine, m: Message, pr: Progress) -> None:
         r.send(Message(MsgType.MsgTimeoutNow, m.sender, r.id, r.term))
 
 
-def _can_take_over(r: RaftMachine, pr: Progress) -> bool:
+def _can_take_over(r: RaftState, pr: Progress) -> bool:
     """Whether a transferee has all we have: our whole log, and our log start (else records
     DeleteRecords or retention removed here would be served again)."""
     return pr.match == r.log.last_offset and pr.log_start >= r.log.log_start
 
 
-def _transfer(r: RaftMachine, to: NodeId, pr: Progress) -> None:
+def _transfer(r: RaftState, to: NodeId, pr: Progress) -> None:
     if r.transferee == to:
         return
     r.transferee = to

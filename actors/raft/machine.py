@@ -60,11 +60,9 @@ Roles and how they change (every transition goes through one `become_*` that set
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from actors.raft import limits
+from actors.raft.config import BatchReader, Config
 from actors.raft.follower import handle_append, handle_heartbeat, handle_install, maybe_ack
 from actors.raft.leader import (
     broadcast_heartbeat,
@@ -91,34 +89,8 @@ from actors.raft.progress import Progress
 
 __all__ = ["BatchReader", "Config", "RaftMachine", "Status"]
 
-# (first offset, last offset, bytes max) -> (end offset, bytes): the end of the longest run of
-# whole batches from `first` that ends at or before `last` and fits `bytes max` (always at least
-# one batch), and its size. The orchestrator's in-memory index answers it, asked only about
-# what its log holds (never the Ready's own writes, which appends name whole, unsized).
-# Without one an append names everything from `first` on, and the in-flight window counts
-# messages only.
-BatchReader = Callable[[int, int, int], tuple[int, int]]
-
 _VOTES = (MsgType.MsgVote, MsgType.MsgPreVote)
 _FROM_LEADER = (MsgType.MsgApp, MsgType.MsgHeartbeat, MsgType.MsgSnap)
-
-
-@dataclass(frozen=True, slots=True)
-class Config:
-    id: NodeId
-    peers: tuple[NodeId, ...]  # every voter, this one included; their order is the send order
-    election_ticks: int = limits.election_ticks_default
-    heartbeat_ticks: int = limits.heartbeat_ticks_default
-    pre_vote: bool = True
-    check_quorum: bool = True
-    inflight_messages_max: int = limits.inflight_messages_max
-    inflight_bytes_max: int = limits.inflight_bytes_max
-    append_bytes_max: int = limits.append_bytes_max
-    quiesce: bool = False  # an idle group stops ticking (module docstring)
-
-    def __post_init__(self) -> None:
-        assert self.id in self.peers and len(set(self.peers)) == len(self.peers), self
-        assert 0 < self.heartbeat_ticks < self.election_ticks, self
 
 
 class Status(NamedTuple):
