@@ -16,7 +16,7 @@ out at once:
     moved(t-3, 12): both wake   <----reply(hwm=12)--------   answer()
 
 So there is at most one subscription per (partition, shard pair) at any time, whatever the
-number of requests waiting: the owner's table, the Router's pending calls and the pipe carry
+number of requests waiting: the owner's table, the Caller's pending calls and the pipe carry
 that, and nothing a client does makes them longer. A subscription whose local watches were all
 cancelled stays until the partition next moves; at most one per partition.
 """
@@ -24,13 +24,10 @@ cancelled stays until the partition next moves; at most one per partition.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from actors.watermarks import Waiter, Watermarks
 from shards.calls import watch as watch_call
-
-if TYPE_CHECKING:
-    from shards.router import Router
+from shards.calls.base import Caller
 
 __all__ = ["WatchService"]
 
@@ -46,7 +43,7 @@ class WatchService:
         self._shard_id = shard_id
         self._owner_of = owner_of
         self._is_local: Callable[[str, int], bool] = lambda _topic, _index: True
-        self._router: Router | None = None
+        self._router: Caller | None = None
         self._subscribed: set[Key] = set()  # partitions with a subscription outstanding
         self._served = 0  # watches held here for peers' subscriptions
 
@@ -57,7 +54,7 @@ class WatchService:
         self.gone = self.table.gone
         self.withdraw = self.table.withdraw
 
-    def bind(self, router: Router, is_local: Callable[[str, int], bool]) -> None:
+    def bind(self, router: Caller, is_local: Callable[[str, int], bool]) -> None:
         """Join the pipe mesh; `is_local(topic, index)`: whether a partition actor runs here."""
         self._router = router
         self._is_local = is_local

@@ -17,7 +17,7 @@ answers, each holding its typed header, its send side and its serve side.
     cluster_info    the registered nodes and the controller's leader, from shard 0
     txn_marker      a transaction coordinator's WriteTxnMarker to a partition's leader
 
-The Router (shards/router.py) only carries them: request ids, pending replies, batching per
+The Caller (shards/router.py) only carries them: request ids, pending replies, batching per
 loop turn. The stand-ins (shards/remote.py) find a partition message's send side here, so a
 call to a partition reads the same whether its replica is on this core or another.
 
@@ -28,7 +28,7 @@ calls/base.py for the wire form) and a line in `SERVE` below; a kind is never re
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from actors.partition import (
     DeleteRecords,
@@ -56,10 +56,7 @@ from shards.calls import (
     txn_marker,
     watch,
 )
-from shards.calls.base import BATCH, REPLY, Address, Serve
-
-if TYPE_CHECKING:
-    from shards.router import Router
+from shards.calls.base import BATCH, REPLY, Address, Caller, Serve
 
 __all__ = ["PARTITION_SEND", "SERVE", "PartitionSend"]
 
@@ -67,11 +64,11 @@ __all__ = ["PARTITION_SEND", "SERVE", "PartitionSend"]
 def _by_kind(*calls: tuple[int, Serve]) -> dict[int, Serve]:
     table = dict(calls)
     assert len(table) == len(calls), "two calls of one kind"
-    assert REPLY not in table and BATCH not in table, "a call of a kind the Router keeps"
+    assert REPLY not in table and BATCH not in table, "a call of a kind the Caller keeps"
     return table
 
 
-# Wire kind -> serve side: what the Router runs for each request that comes in.
+# Wire kind -> serve side: what the Caller runs for each request that comes in.
 SERVE: dict[int, Serve] = _by_kind(
     (produce.KIND, produce.serve),
     (read.KIND, read.serve),
@@ -92,7 +89,7 @@ SERVE: dict[int, Serve] = _by_kind(
 
 
 # Sends a partition message: (router, to, topic, partition, message).
-PartitionSend = Callable[["Router", Address, str, int, Any], None]
+PartitionSend = Callable[[Caller, Address, str, int, Any], None]
 
 
 # Partition message type -> send side: what `RemotePartition.tell` runs.

@@ -20,14 +20,13 @@ shards never get it (a dead shard stops the node).
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar
 
 from actors.handlers.join import send
 
 if TYPE_CHECKING:
     from actors.services import TopicTable
-    from shards.router import Router
-    from shards.watch import WatchService
+    from storage.segment import OpenFile
 
 __all__ = [
     "Address",
@@ -67,12 +66,21 @@ UNREACHABLE = Unreachable()
 Reply = Callable[[Any, list[Any]], "bool | None"]
 
 
+class LongPolls(Protocol):
+    """The shard's long polls, as the watch call serves a peer's subscription
+    (shards/watch.py's WatchService)."""
+
+    def serve(self, topic: str, index: int, seen: int, answer: Callable[[int], None]) -> None: ...
+
+
 class Host(Protocol):
     """What the serve sides need of the shard they run on (shards.shard.Shard)."""
 
     shard_id: int
     shards: int
-    long_polls: WatchService
+
+    @property
+    def long_polls(self) -> LongPolls: ...
 
     def local_partition(self, topic: str, index: int) -> Any: ...
     def write_caching(self, topic: str) -> bool: ...
@@ -86,11 +94,53 @@ class Host(Protocol):
     def cluster_changed(self, controller_leader: int | None, nodes: Any) -> None: ...
 
 
+class SegmentFileCache(Protocol):
+    """Other shards' segment files, kept open (calls/segments.py's SegmentFiles)."""
+
+    def open(self, path: str, inode: int) -> OpenFile | None: ...
+    def forget(self, paths: list[str]) -> None: ...
+
+
+class BatchState(Protocol):
+    """What a call keeps for the rest of a batch being served (`Caller.batch_state`)."""
+
+    def close(self) -> None: ...
+
+
+State = TypeVar("State", bound=BatchState)
+
+
+class Caller(Protocol):
+    """What the calls need of the Router they go out and come in on (shards/router.py's
+    Router): sending calls and answers, the batch being served, the arena, the shard it
+    serves. A Protocol, so the calls never import the Router that imports their table."""
+
+    dispatched: int  # phase-one answers sent (produce)
+
+    @property
+    def shard(self) -> Host: ...
+    @property
+    def segment_files(self) -> SegmentFileCache: ...
+
+    def peers(self) -> list[Address]: ...
+    def call(self, to: Address, kind: int, body: Any, payloads: Sequence[Any],
+             reply: Reply | None) -> None: ...
+    def answer(self, to: Address, request_id: int, body: Any,
+               payloads: Sequence[Any] = ()) -> None: ...
+    def answer_lazily(self, request: Request, body: Any) -> None: ...
+    def withdraw_lazy(self, request: Request) -> bool: ...
+    def batch_state(self, make: type[State]) -> State | None: ...
+    def arena_put(self, records: memoryview) -> int | None: ...
+    def arena_offset(self, records: memoryview) -> int | None: ...
+    def arena_release(self, start: int) -> None: ...
+    def arena_view(self, source: Address, start: int, nbytes: int) -> memoryview: ...
+
+
 class Request(NamedTuple):
     """A call being served: the Router it came in on, its sender, the id its answers go back
     under (0: the sender wants none)."""
 
-    router: Router
+    router: Caller
     source: Address
     id: int
 

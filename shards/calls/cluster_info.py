@@ -11,13 +11,10 @@ the nodes or the controller's leader change.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 from actors.cluster.commands import NodeInfo
-from shards.calls.base import Address, Request
-
-if TYPE_CHECKING:
-    from shards.router import Router
+from shards.calls.base import Address, Caller, Request
 
 __all__ = ["KIND", "ClusterInfoCall", "send", "serve"]
 
@@ -29,7 +26,7 @@ class ClusterInfoCall(NamedTuple):
     nodes: list[list[Any]]  # NodeInfo's fields
 
 
-def send(router: Router, to: Address, controller_leader: int | None,
+def send(router: Caller, to: Address, controller_leader: int | None,
          nodes: Mapping[int, NodeInfo]) -> None:
     call = ClusterInfoCall(controller_leader, [list(n) for n in nodes.values()])
     router.call(to, KIND, call, [], None)

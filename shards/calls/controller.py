@@ -14,7 +14,7 @@ shard that asked has the table by the time the answer arrives (pipes are FIFO).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 from actors.cluster.commands import NodeInfo
 from actors.cluster.state import ProducerIdBlock
@@ -30,12 +30,9 @@ from actors.controller import (
     topic_names_of,
 )
 from actors.topic_config import Operation
-from shards.calls.base import UNREACHABLE, Address, Request
+from shards.calls.base import UNREACHABLE, Address, Caller, Request
 from shards.calls.topics import info_from_wire, info_to_wire
 from wire.errors import ErrorCode
-
-if TYPE_CHECKING:
-    from shards.router import Router
 
 __all__ = ["KIND", "ControllerAnswer", "ControllerCall", "send", "serve"]
 
@@ -180,7 +177,7 @@ def _result_from_wire(value: list[Any]) -> TopicResult:
     return TopicResult(name, ErrorCode(error), message, topic)
 
 
-def send(router: Router, to: Address, message: Any) -> None:
+def send(router: Caller, to: Address, message: Any) -> None:
     header_type = _HEADER_OF.get(type(message))
     assert header_type is not None, f"no pipe form for {type(message).__name__}"
     reply = message.reply

@@ -6,14 +6,11 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 from actors.partition import DeleteRecords
-from shards.calls.base import Address, Request, tell_partition
+from shards.calls.base import Address, Caller, Request, tell_partition
 from wire.errors import ErrorCode
-
-if TYPE_CHECKING:
-    from shards.router import Router
 
 __all__ = ["KIND", "DeleteRecordsAnswer", "DeleteRecordsCall", "send", "serve"]
 
@@ -31,7 +28,7 @@ class DeleteRecordsAnswer(NamedTuple):
     low_watermark: int
 
 
-def send(router: Router, to: Address, topic: str, partition: int, m: DeleteRecords) -> None:
+def send(router: Caller, to: Address, topic: str, partition: int, m: DeleteRecords) -> None:
     def on_reply(body: Any, _frames: list[Any]) -> None:
         a = DeleteRecordsAnswer._make(body)
         m.reply((ErrorCode(a.error), a.low_watermark))

@@ -6,14 +6,11 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 from actors.partition import EpochEndOffset
-from shards.calls.base import Address, Request, tell_partition
+from shards.calls.base import Address, Caller, Request, tell_partition
 from wire.errors import ErrorCode
-
-if TYPE_CHECKING:
-    from shards.router import Router
 
 __all__ = ["KIND", "EpochEndAnswer", "EpochEndCall", "send", "serve"]
 
@@ -33,7 +30,7 @@ class EpochEndAnswer(NamedTuple):
     end_offset: int
 
 
-def send(router: Router, to: Address, topic: str, partition: int, m: EpochEndOffset) -> None:
+def send(router: Caller, to: Address, topic: str, partition: int, m: EpochEndOffset) -> None:
     def on_reply(body: Any, _frames: list[Any]) -> None:
         a = EpochEndAnswer._make(body)
         m.reply((ErrorCode(a.error), a.leader_epoch, a.end_offset))

@@ -14,14 +14,11 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 from actors.handlers.join import send as tell
 from shards import pipe_codec
-from shards.calls.base import Address, Request
-
-if TYPE_CHECKING:
-    from shards.router import Router
+from shards.calls.base import Address, Caller, Request
 
 __all__ = ["KIND", "GroupAnswer", "GroupCall", "send", "serve"]
 
@@ -44,7 +41,7 @@ def _with_reply(message: Any, reply: Any) -> Any:
     return dataclasses.replace(message, reply=reply)
 
 
-def send(router: Router, to: Address, message: Any) -> None:
+def send(router: Caller, to: Address, message: Any) -> None:
     reply = message.reply
 
     def on_reply(_body: Any, frames: list[Any]) -> None:

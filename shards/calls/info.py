@@ -7,13 +7,10 @@ another shard owns.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 from actors.partition import PartitionInfo
-from shards.calls.base import Address, Request, tell_partition
-
-if TYPE_CHECKING:
-    from shards.router import Router
+from shards.calls.base import Address, Caller, Request, tell_partition
 
 __all__ = ["KIND", "InfoAnswer", "InfoCall", "send", "serve"]
 
@@ -29,7 +26,7 @@ class InfoAnswer(NamedTuple):
     info: dict[str, int] | None
 
 
-def send(router: Router, to: Address, topic: str, partition: int, m: PartitionInfo) -> None:
+def send(router: Caller, to: Address, topic: str, partition: int, m: PartitionInfo) -> None:
     def on_reply(body: Any, _frames: list[Any]) -> None:
         m.reply(InfoAnswer._make(body).info)  # type: ignore[arg-type]  # None: not there
 

@@ -15,13 +15,10 @@ learns the leaders as soon as its peers can answer, not at their next refresh.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 from actors.cluster.leaders import LeaderUpdate
-from shards.calls.base import Address, Request
-
-if TYPE_CHECKING:
-    from shards.router import Router
+from shards.calls.base import Address, Caller, Request
 
 __all__ = ["KIND", "LeadersCall", "send", "serve"]
 
@@ -46,7 +43,7 @@ def _from_wire(value: list[Any]) -> LeaderUpdate:
                         tuple((isr[i], isr[i + 1]) for i in range(0, len(isr), 2)), version)
 
 
-def send(router: Router, to: Address, updates: list[LeaderUpdate], ask: bool = False) -> None:
+def send(router: Caller, to: Address, updates: list[LeaderUpdate], ask: bool = False) -> None:
     router.call(to, KIND, LeadersCall([_to_wire(u) for u in updates], ask), [], None)
 
 

@@ -7,14 +7,11 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 from actors.partition import ListOffset, ListOffsetResult
-from shards.calls.base import Address, Request, tell_partition
+from shards.calls.base import Address, Caller, Request, tell_partition
 from wire.errors import ErrorCode
-
-if TYPE_CHECKING:
-    from shards.router import Router
 
 __all__ = ["KIND", "ListOffsetAnswer", "ListOffsetCall", "send", "serve"]
 
@@ -36,7 +33,7 @@ class ListOffsetAnswer(NamedTuple):
     leader_epoch: int
 
 
-def send(router: Router, to: Address, topic: str, partition: int, m: ListOffset) -> None:
+def send(router: Caller, to: Address, topic: str, partition: int, m: ListOffset) -> None:
     def on_reply(body: Any, _frames: list[Any]) -> None:
         a = ListOffsetAnswer._make(body)
         m.reply(ListOffsetResult(ErrorCode(a.error), a.timestamp, a.offset, a.leader_epoch))

@@ -9,7 +9,7 @@
 
 Phase one ("dispatched") tells the source the owner is done with the batch's bytes and their
 order is fixed: it frees the source's arena region and lets its connection dispatch the next
-request. It leaves lazily (Router.answer_lazily): with the next message to the source, usually
+request. It leaves lazily (Caller.answer_lazily): with the next message to the source, usually
 this request's own phase two, which then carries it (PHASE_ONE | PHASE_TWO).
 
 Each request's answers reach the source in one of two shapes, never another: phase one then
@@ -29,15 +29,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 from actors.partition import Produce, ProduceResult, RecordError
-from shards.calls.base import Address, Request, tell_partition
+from shards.calls.base import Address, Caller, Request, tell_partition
 from wire.errors import DecodeError, ErrorCode
 from wire.record_batch import iter_batches
-
-if TYPE_CHECKING:
-    from shards.router import Router
 
 __all__ = ["KIND", "PHASE_ONE", "PHASE_TWO", "ProduceAnswer", "ProduceCall", "send", "serve"]
 
@@ -80,7 +77,7 @@ DISPATCHED = ProduceAnswer(PHASE_ONE)
 # The source side ------------------------------------------------------------------------
 
 
-def send(router: Router, to: Address, topic: str, partition: int, m: Produce) -> None:
+def send(router: Caller, to: Address, topic: str, partition: int, m: Produce) -> None:
     region: int | None = None  # a region of our own, to free on the first answer
     where = router.arena_offset(m.records) if m.on_dispatched is not None else None
     if where is None:

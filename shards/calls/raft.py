@@ -13,21 +13,18 @@ DESIGN.md §5's heartbeats batched per node pair, here per shard pair.
 
 A message crosses as an array of its fields (actors/raft/messages.py), its ranges flattened,
 its addresses as (node, shard) pairs; an append's batches are a payload frame of their own
-(`payload` names its frame, -1 for none), sent without a copy. The Router gathers a loop
+(`payload` names its frame, -1 for none), sent without a copy. The Caller gathers a loop
 turn's calls to one shard into one message (shards/router.py): the appends of every produce
 of a turn, and every group's heartbeats, leave for each peer shard together.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, NamedTuple, cast
+from typing import Any, NamedTuple, cast
 
 from actors.partition_replication import GroupKey
 from actors.raft import Message, MsgType, Range
-from shards.calls.base import Address, Request
-
-if TYPE_CHECKING:
-    from shards.router import Router
+from shards.calls.base import Address, Caller, Request
 
 __all__ = ["CONTROLLER_GROUP", "KIND", "RaftCall", "send", "serve"]
 
@@ -65,7 +62,7 @@ def _from_wire(value: list[Any], frames: list[Any]) -> Message:
                    None if payload < 0 else frames[payload])
 
 
-def send(router: Router, to: Address, groups: list[tuple[GroupKey, list[Message]]]) -> None:
+def send(router: Caller, to: Address, groups: list[tuple[GroupKey, list[Message]]]) -> None:
     frames: list[Any] = []
     wire = [[*key, *(_to_wire(m, frames) for m in messages)] for key, messages in groups]
     router.call(to, KIND, RaftCall(wire), frames, None)

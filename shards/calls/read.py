@@ -17,15 +17,12 @@ a read from another node's replica (node RPC) will carry its bytes as payload fr
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 from actors.partition import FetchBudget, Read, ReadResult
-from shards.calls.base import Address, Request, tell_partition
+from shards.calls.base import Address, Caller, Request, tell_partition
 from storage import FileSlice
 from wire.errors import ErrorCode
-
-if TYPE_CHECKING:
-    from shards.router import Router
 
 __all__ = ["KIND", "ReadAnswer", "ReadCall", "send", "serve"]
 
@@ -55,7 +52,7 @@ class ReadAnswer(NamedTuple):
     aborted_transactions: list[list[int]] | None  # [producer id, first offset] each
 
 
-def send(router: Router, to: Address, topic: str, partition: int, m: Read) -> None:
+def send(router: Caller, to: Address, topic: str, partition: int, m: Read) -> None:
     budget = m.budget
 
     def on_reply(body: Any, frames: list[Any]) -> None:

@@ -14,15 +14,12 @@ from __future__ import annotations
 
 import collections
 import os
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 from shards import limits
-from shards.calls.base import Request
+from shards.calls.base import Caller, Request
 from storage.page_cache import no_readahead
 from storage.segment import OpenFile
-
-if TYPE_CHECKING:
-    from shards.router import Router
 
 __all__ = ["KIND", "ForgetSegmentsCall", "SegmentFiles", "broadcast_removed", "serve"]
 
@@ -33,7 +30,7 @@ class ForgetSegmentsCall(NamedTuple):
     paths: list[str]
 
 
-def broadcast_removed(router: Router, paths: list[str]) -> None:
+def broadcast_removed(router: Caller, paths: list[str]) -> None:
     """Segment files this shard removed: every other shard of the node lets go of them."""
     for peer in router.peers():
         router.call(peer, KIND, ForgetSegmentsCall(paths), [], None)

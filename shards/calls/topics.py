@@ -12,17 +12,14 @@ payload frame, not the header: a table of thousands of topics is large. `info_to
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 import msgpack
 
 from actors.cluster.commands import replicas_from_wire, replicas_to_wire
 from actors.cluster.state import PlacedTopic
 from actors.services import TopicInfo, TopicTable
-from shards.calls.base import Request
-
-if TYPE_CHECKING:
-    from shards.router import Router
+from shards.calls.base import Caller, Request
 
 __all__ = [
     "KIND", "TopicsAnswer", "TopicsCall", "broadcast", "info_from_wire", "info_to_wire", "serve",
@@ -68,7 +65,7 @@ def table_from_wire(packed: bytes | memoryview) -> TopicTable:
     return TopicTable({t.name: t for t in infos}, version)
 
 
-def broadcast(router: Router, table: TopicTable, done: Callable[[], None]) -> None:
+def broadcast(router: Caller, table: TopicTable, done: Callable[[], None]) -> None:
     """Send the table to every other shard of the node; `done()` when all have applied it."""
     peers = router.peers()
     waiting = len(peers)

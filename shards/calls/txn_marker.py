@@ -14,14 +14,11 @@ second marker for a transaction already ended here lists nothing, actors/txn_sta
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 from actors.partition import WriteTxnMarker
-from shards.calls.base import UNREACHABLE, Address, Request, tell_partition
+from shards.calls.base import UNREACHABLE, Address, Caller, Request, tell_partition
 from wire.errors import ErrorCode
-
-if TYPE_CHECKING:
-    from shards.router import Router
 
 __all__ = ["KIND", "TxnMarkerAnswer", "TxnMarkerCall", "send", "serve"]
 
@@ -41,7 +38,7 @@ class TxnMarkerAnswer(NamedTuple):
     error: int
 
 
-def send(router: Router, to: Address, topic: str, partition: int, m: WriteTxnMarker) -> None:
+def send(router: Caller, to: Address, topic: str, partition: int, m: WriteTxnMarker) -> None:
     def on_reply(body: Any, _frames: list[Any]) -> None:
         if body is UNREACHABLE:
             m.reply(ErrorCode.REQUEST_TIMED_OUT)

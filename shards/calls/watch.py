@@ -10,12 +10,9 @@ subscriber's `WatchService` sends it and the owner's serves it (shards/watch.py)
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
-from shards.calls.base import Address, Request
-
-if TYPE_CHECKING:
-    from shards.router import Router
+from shards.calls.base import Address, Caller, Request
 
 __all__ = ["KIND", "WatchAnswer", "WatchCall", "send", "serve"]
 
@@ -33,7 +30,7 @@ class WatchAnswer(NamedTuple):
 
 
 def send(
-    router: Router, to: Address, topic: str, partition: int, seen: int,
+    router: Caller, to: Address, topic: str, partition: int, seen: int,
     answered: Callable[[int], None],
 ) -> None:  # fmt: skip
     """Subscribe; `answered(high watermark)` once the owner's passes `seen`."""
