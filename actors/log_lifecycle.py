@@ -44,22 +44,24 @@ import logging
 import random
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
+from actors.partition_messages import DeleteRecordsReply
 from storage.compaction import CleanerConfig, CleanResult, clean_log, cleanable_range
 from storage.retention import deletable_prefix
 from storage.segment import Segment
 from wire.errors import ErrorCode
 
 if TYPE_CHECKING:
-    from actors.partition import Partition
+    from actors.services import Services
+    from actors.topic_config import TopicSettings
+    from actors.txn_state import AbortedTxn
+    from storage import DiskLog
 
-__all__ = ["LogLifecycle", "DeleteRecordsReply"]
+__all__ = ["DeleteRecordsReply", "LifecycleHost", "LogLifecycle"]
 
 log = logging.getLogger(__name__)
 
-# (error, low watermark: the log start offset after the request)
-DeleteRecordsReply = Callable[[tuple[ErrorCode, int]], None]
 # What waits for the next log-start checkpoint write: its error (STOPPED: none was made).
 AfterWrite = Callable[[BaseException | None], None]
 
@@ -73,8 +75,29 @@ class PartitionStopped(Exception):
 STOPPED = PartitionStopped()
 
 
+class LifecycleHost(Protocol):
+    """What a LogLifecycle needs of its partition (actors/partition.py's Partition): its log,
+    settings and services, its watermarks and transactions, a timer, and where to say that
+    the log start moved or the disk failed."""
+
+    services: Services
+    settings: TopicSettings
+
+    @property
+    def high_watermark(self) -> int: ...
+    def call_later(self, delay_s: float, callback: Callable[[], None]) -> Any: ...
+    def log_or_none(self) -> DiskLog | None: ...
+    def now_ms(self) -> int: ...
+    def log_start_moved(self) -> None: ...
+    def log_start_replicated(self, offset: int, reply: DeleteRecordsReply) -> None: ...
+    def producer_last_batches(self) -> set[int]: ...
+    def aborted_transactions(self) -> list[AbortedTxn]: ...
+    def last_stable_offset(self) -> int: ...
+    def storage_failed(self) -> None: ...
+
+
 class LogLifecycle:
-    def __init__(self, partition: Partition) -> None:
+    def __init__(self, partition: LifecycleHost) -> None:
         self._partition = partition
         self._timer: Any = None
         # Removed segments awaiting file.delete.delay.ms: timer -> the job that deletes them.

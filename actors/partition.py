@@ -110,7 +110,7 @@ from actors import limits
 from actors.ack_window import Acks, AckWindow, CommitSource, Step
 from actors.group import OFFSETS_TOPIC
 from actors.group.messages import TxnOffsetsMarker
-from actors.log_lifecycle import DeleteRecordsReply, LogLifecycle
+from actors.log_lifecycle import LogLifecycle
 from actors.partition_messages import (
     EARLIEST_LOCAL_TIMESTAMP,
     EARLIEST_TIMESTAMP,
@@ -118,6 +118,7 @@ from actors.partition_messages import (
     MAX_TIMESTAMP,
     Delete,
     DeleteRecords,
+    DeleteRecordsReply,
     EpochEndOffset,
     FetchBudget,
     ListOffset,

@@ -12,7 +12,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from actors.log_lifecycle import DeleteRecordsReply
 from actors.topic_config import TopicSettings
 from storage import FileSlice
 from wire.errors import ErrorCode
@@ -49,6 +48,9 @@ LATEST_TIMESTAMP = -1
 MAX_TIMESTAMP = -3
 EARLIEST_LOCAL_TIMESTAMP = -4
 
+
+# DeleteRecords' answer: (error, low watermark: the log start offset after the request)
+DeleteRecordsReply = Callable[[tuple[ErrorCode, int]], None]
 
 class RecordError(NamedTuple):
     """A record that made its batch be refused (KIP-467): its index in its batch, and why."""

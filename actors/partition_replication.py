@@ -59,10 +59,11 @@ import logging
 import random
 from collections.abc import Callable
 from collections.abc import Set as AbstractSet
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from actors import limits
 from actors.isr import InSyncReplicas
+from actors.partition_messages import DeleteRecordsReply
 from actors.raft import Config, LogState, Message, RaftMachine, Role, SoftState
 from actors.replica import Replica, log_batch_reader
 from storage.log import Log
@@ -70,8 +71,9 @@ from wire.errors import ErrorCode
 from wire.record_batch import BatchHeader
 
 if TYPE_CHECKING:
-    from actors.log_lifecycle import DeleteRecordsReply
-    from actors.partition import Partition
+    from actors.services import Services
+    from actors.topic_config import TopicSettings
+    from storage import DiskLog
 
 __all__ = ["GroupKey", "LoneLeader", "RaftServices", "Replication", "group_name",
            "legacy_group_name"]
@@ -153,8 +155,36 @@ def log_state(log_: Log) -> LogState:
                     log_.next_offset - 1)
 
 
+class ReplicationHost(Protocol):
+    """What a Replication needs of its partition (actors/partition.py's Partition): who it is,
+    its log and settings, its ack window's offsets, and where to say what Raft decided."""
+
+    topic: str
+    index: int
+    topic_id: bytes
+    services: Services
+    settings: TopicSettings
+
+    @property
+    def high_watermark(self) -> int: ...
+    @property
+    def leader_epoch_is_leader(self) -> bool: ...
+    def log_or_none(self) -> DiskLog | None: ...
+    def now_ms(self) -> int: ...
+    def written_offset(self) -> int: ...
+    def replicated_append(self, last_offset: int, headers: list[BatchHeader],
+                          data: bytes | bytearray | memoryview) -> None: ...
+    def quorum_committed(self, high_watermark: int) -> None: ...
+    def insync_moved(self, offset: int | None) -> None: ...
+    def in_sync_changed(self, in_sync: int) -> None: ...
+    def log_rewritten(self) -> None: ...
+    def follow_log_start(self, offset: int) -> None: ...
+    def cut_complete(self) -> None: ...
+    def role_changed(self, leading: bool, term: int, was_leading: bool) -> None: ...
+
+
 class Replication:
-    def __init__(self, partition: Partition, replicas: tuple[Address, ...],
+    def __init__(self, partition: ReplicationHost, replicas: tuple[Address, ...],
                  raft: RaftServices) -> None:
         self.partition = partition
         self.replicas = replicas

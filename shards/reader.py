@@ -31,13 +31,7 @@ from typing import Any, Protocol
 
 import zmq
 
-from actors.partition import (
-    FetchBudget,
-    ListOffset,
-    ListOffsetResult,
-    Read,
-    ReadResult,
-)
+from actors.partition_messages import FetchBudget, ListOffset, ListOffsetResult, Read, ReadResult
 from actors.services import BrokerSettings, TopicTable
 from shards import limits
 from shards.loop_router import LoopRouter

@@ -20,7 +20,8 @@ from pykka import ActorRef
 
 from actors.cluster.state import PlacedTopic
 from actors.metrics import ShardMetrics
-from actors.partition import Delete, Partition, UpdateSettings
+from actors.partition import Partition
+from actors.partition_messages import Delete, UpdateSettings
 from actors.services import BrokerSettings, TopicTable
 from actors.topic_config import TopicSettings
 from shards.raft_host import RaftHost

@@ -85,7 +85,7 @@ from actors.group.offsets import GroupOffsets
 from actors.group.requests import group_ids_of, refuse
 from actors.group.state import Heartbeat, Join, Leave, Sync
 from actors.group.txn_coordinator import TXN_MESSAGES, TXN_REQUESTS, TxnCoordinator
-from actors.partition import Produce, ProduceResult
+from actors.partition_messages import Produce, ProduceResult
 from actors.runtime import LoopActor
 from actors.services import Services, now_ms
 from wire.errors import ErrorCode

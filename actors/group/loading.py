@@ -50,7 +50,7 @@ from actors.group.log_records import (
 )
 from actors.group.transactions import TxnMetadata
 from actors.group.txn_offsets import PendingTxnOffsets
-from actors.partition import FetchBudget, PartitionInfo, Read, ReadResult
+from actors.partition_messages import FetchBudget, PartitionInfo, Read, ReadResult
 from actors.services import Services, now_ms
 from actors.txn_state import COMMIT, marker_type
 from actors.watermarks import Waiter

@@ -24,7 +24,7 @@ from __future__ import annotations
 from typing import Any
 
 from actors.handlers.join import Join, send
-from actors.partition import Produce, ProduceResult
+from actors.partition_messages import Produce, ProduceResult
 from wire import limits
 from wire.errors import DecodeError, ErrorCode
 from wire.messages.produce import ProduceRequest, ProduceResponse

@@ -34,7 +34,7 @@ from typing import Any
 from actors import limits
 from actors.handlers.join import Join, send
 from actors.metrics import ShardMetrics
-from actors.partition import FetchBudget, Read, ReadResult
+from actors.partition_messages import FetchBudget, Read, ReadResult
 from actors.runtime import current_loop
 from actors.watermarks import Waiter
 from storage import FileSlice

@@ -30,7 +30,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from actors.handlers.join import Join, send
-from actors.partition import (
+from actors.partition_messages import (
     EARLIEST_LOCAL_TIMESTAMP,
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,

@@ -16,7 +16,7 @@ from typing import Any
 
 from actors.controller import INTERNAL_TOPICS
 from actors.handlers.join import Join, send
-from actors.partition import DeleteRecords
+from actors.partition_messages import DeleteRecords
 from wire.errors import ErrorCode
 from wire.messages.delete_records import DeleteRecordsRequest, DeleteRecordsResponse
 

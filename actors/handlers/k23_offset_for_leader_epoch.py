@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from actors.handlers.join import Join, send
-from actors.partition import EpochEndOffset as EpochEndOffsetQuery
+from actors.partition_messages import EpochEndOffset as EpochEndOffsetQuery
 from wire.errors import ErrorCode
 from wire.messages.offset_for_leader_epoch import (
     OffsetForLeaderEpochRequest,

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from actors.controller import CreateTopics, TopicSpec
-from actors.partition import PartitionInfo
+from actors.partition_messages import PartitionInfo
 from actors.runtime import bind_loop
 from actors.services import set_wall_clock
 from scenarios.history import Op

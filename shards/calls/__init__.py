@@ -30,7 +30,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from actors.partition import (
+from actors.partition_messages import (
     DeleteRecords,
     EpochEndOffset,
     ListOffset,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from actors.partition import DeleteRecords
+from actors.partition_messages import DeleteRecords
 from shards.calls.base import Address, Caller, Request, tell_partition
 from wire.errors import ErrorCode
 

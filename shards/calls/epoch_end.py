@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from actors.partition import EpochEndOffset
+from actors.partition_messages import EpochEndOffset
 from shards.calls.base import Address, Caller, Request, tell_partition
 from wire.errors import ErrorCode
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from actors.partition import PartitionInfo
+from actors.partition_messages import PartitionInfo
 from shards.calls.base import Address, Caller, Request, tell_partition
 
 __all__ = ["KIND", "InfoAnswer", "InfoCall", "send", "serve"]

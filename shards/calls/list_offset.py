@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from actors.partition import ListOffset, ListOffsetResult
+from actors.partition_messages import ListOffset, ListOffsetResult
 from shards.calls.base import Address, Caller, Request, tell_partition
 from wire.errors import ErrorCode
 

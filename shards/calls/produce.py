@@ -31,7 +31,7 @@ import logging
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from actors.partition import Produce, ProduceResult, RecordError
+from actors.partition_messages import Produce, ProduceResult, RecordError
 from shards.calls.base import Address, Caller, Request, tell_partition
 from wire.errors import DecodeError, ErrorCode
 from wire.record_batch import iter_batches

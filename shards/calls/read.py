@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from actors.partition import FetchBudget, Read, ReadResult
+from actors.partition_messages import FetchBudget, Read, ReadResult
 from shards.calls.base import Address, Caller, Request, tell_partition
 from storage import FileSlice
 from wire.errors import ErrorCode

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from actors.partition import WriteTxnMarker
+from actors.partition_messages import WriteTxnMarker
 from shards.calls.base import UNREACHABLE, Address, Caller, Request, tell_partition
 from wire.errors import ErrorCode
 
