@@ -642,6 +642,11 @@ class Run:
         return end
 
     def delete_topic(self, name: str) -> Callable[[], None]:
+        """The `delete_topic` step's work, for a chaos fault (`recreate_topic`): delete the
+        topic; the undo makes it again."""
+        return self._delete_topic(name)
+
+    def _delete_topic(self, name: str) -> Callable[[], None]:
         topic = next(t for t in self.s.topics if t["name"] == name)
         self.admin_client().delete_topics([name])
 
