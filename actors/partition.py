@@ -61,6 +61,8 @@ rebuild's run, to be played on the rebuilt tables.
 Reads never wait on the disk (storage/page_cache.py): the log is read with `nowait`, and a
 read that would touch a page not in memory is answered later, after the shard's read pool
 has read that range in; every other partition and connection of the shard goes on meanwhile.
+Fetch, ListOffsets and OffsetForLeaderEpoch are answered by actors/partition_reads.py, which
+the partition hands those messages and which reads it through a Protocol.
 
 The partition's directory carries its topic id (storage/partition_dir.py): one left by another
 incarnation of the topic name goes to trash before the log opens, never taken as this one's.
@@ -136,6 +138,7 @@ from actors.partition_messages import (
     WriteTxnMarker,
     refuse,
 )
+from actors.partition_reads import Reads, Warmed
 from actors.partition_replication import Address, GroupKey, LoneLeader, Replication
 from actors.producer_rebuild import (
     ProducerState,
@@ -153,13 +156,11 @@ from actors.services import Services, now_ms
 from actors.topic_config import TopicSettings
 from actors.txn_state import AbortedTxn, TxnState, marker_batch
 from actors.watermarks import Published
-from storage import DiskLog, FlushTicket, LogConfig, NotCached, OffsetOutOfRange
+from storage import DiskLog, FlushTicket, LogConfig
 from storage.log import AppendFailed
-from storage.page_cache import warm
 from storage.partition_dir import Claim, claim
-from wire.errors import DecodeError, ErrorCode
+from wire.errors import ErrorCode
 from wire.record_batch import BatchHeader, iter_batches, read_header, set_log_append_time
-from wire.records import decode_batch
 
 # The messages are re-exported: the actor and its messages are imported from here.
 __all__ = [
@@ -200,13 +201,6 @@ class _Waiter(NamedTuple):
 class _FlushDone(NamedTuple):
     ticket: Any
     error: BaseException | None
-
-
-class _Warmed(NamedTuple):
-    """A read that missed the page cache, back once the I/O pool has read its range in."""
-
-    message: Read | ListOffset
-    attempts: int  # reads of it that missed so far
 
 
 class _Synced(NamedTuple):
@@ -277,6 +271,7 @@ class Partition(LoopActor):
         self._flush_failures = 0  # failed flushes in a row (one log line per run of them)
         self._log: DiskLog | None = None
         self._lifecycle = LogLifecycle(self)
+        self._reads = Reads(self)
         raft = getattr(services, "raft", None)
         self._replication: Replication | None = None
         if len(replicas) > 1:
@@ -294,12 +289,12 @@ class Partition(LoopActor):
         self._adopted = False  # its directory was made before topic ids (storage/partition_dir)
         self._handlers: dict[type, Callable[[Any], None]] = {
             Produce: self._produce,
-            Read: self._read,
-            ListOffset: self._list_offset,
-            EpochEndOffset: self._epoch_end_offset,
+            Read: self._reads.read,
+            ListOffset: self._reads.list_offset,
+            EpochEndOffset: self._reads.epoch_end_offset,
             PartitionInfo: self._info,
             _FlushDone: self._flush_done,
-            _Warmed: self._warmed,
+            Warmed: self._reads.warmed,
             Delete: self._delete,
             UpdateSettings: self._update_settings,
             DeleteRecords: self._delete_records,
@@ -994,58 +989,6 @@ class Partition(LoopActor):
         for waiter in self._window.fail_all():
             waiter.reply(ProduceResult(error))
 
-    # Reads --------------------------------------------------------------------------------
-
-    def _epoch_error(self, current_leader_epoch: int) -> ErrorCode | None:
-        if not self._leading:
-            return ErrorCode.NOT_LEADER_OR_FOLLOWER
-        if current_leader_epoch < 0 or current_leader_epoch == self.leader_epoch:
-            return None
-        if current_leader_epoch < self.leader_epoch:
-            return ErrorCode.FENCED_LEADER_EPOCH
-        return ErrorCode.UNKNOWN_LEADER_EPOCH
-
-    def _read(self, m: Read, attempts: int = 0) -> None:
-        log_ = self._log
-        if log_ is None:
-            m.reply(ReadResult(ErrorCode.NOT_LEADER_OR_FOLLOWER))
-            return
-        error = self._epoch_error(m.current_leader_epoch)
-        if error is ErrorCode.NOT_LEADER_OR_FOLLOWER and m.any_replica:
-            error = None  # a follower serves what it knows is committed
-        if error is not None:
-            m.reply(ReadResult(error))
-            return
-        hwm, start = self.high_watermark, log_.log_start_offset
-        lso = self._last_stable_offset()
-        if m.offset < start or m.offset > log_.next_offset:
-            m.reply(ReadResult(ErrorCode.OFFSET_OUT_OF_RANGE, hwm, start, None, lso))
-            return
-        budget = m.budget
-        limit = min(m.max_bytes, budget.remaining)
-        end = lso if m.committed else hwm  # read_committed: whole batches below the LSO
-        if m.offset >= end or (limit <= 0 and budget.taken):
-            m.reply(ReadResult(ErrorCode.NONE, hwm, start, None, lso))
-            return
-        try:
-            records = log_.read(m.offset, max(limit, 1), end, self._nowait(attempts))
-        except OffsetOutOfRange:
-            m.reply(ReadResult(ErrorCode.OFFSET_OUT_OF_RANGE, hwm, start, None, lso))
-            return
-        except NotCached as miss:
-            self._warm_and_retry(miss, m, attempts)
-            return
-        aborted = self._txns.aborted_between(m.offset, end) if m.committed else None
-        result = ReadResult(ErrorCode.NONE, hwm, start, records, lso, aborted)
-        size = result.size
-        if size > limit and budget.taken:
-            # Only the first batch of a response may exceed the limit (KIP-74).
-            result = ReadResult(ErrorCode.NONE, hwm, start, None, lso)
-            size = 0
-        budget.remaining -= size
-        budget.taken += size
-        m.reply(result)
-
     def _last_stable_offset(self) -> int:
         """Where read_committed reads stop (actors/txn_state.py). The markers below the high
         watermark are made final first: a rebuild after a cut does not move it."""
@@ -1054,124 +997,23 @@ class Partition(LoopActor):
         self._txns.committed(hwm)
         return self._txns.last_stable_offset(hwm, self._log.log_start_offset)
 
-    def _list_offset(self, m: ListOffset, attempts: int = 0) -> None:
-        try:
-            self._answer_list_offset(m, self._nowait(attempts))
-        except NotCached as miss:
-            self._warm_and_retry(miss, m, attempts)
+    # What the reads (actors/partition_reads.py) ask of their partition ------------------------
 
-    def _answer_list_offset(self, m: ListOffset, nowait: bool) -> None:
-        log_ = self._log
-        if log_ is None:
-            m.reply(ListOffsetResult(ErrorCode.NOT_LEADER_OR_FOLLOWER))
-            return
-        error = self._epoch_error(m.current_leader_epoch)
-        if error is not None:
-            m.reply(ListOffsetResult(error))
-            return
-        epoch = self.leader_epoch
-        if m.timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
-            m.reply(ListOffsetResult(ErrorCode.NONE, -1, log_.log_start_offset, epoch))
-        elif m.timestamp == LATEST_TIMESTAMP:
-            if self._replication is not None and not self._replication.leader_ready():
-                m.reply(ListOffsetResult(ErrorCode.OFFSET_NOT_AVAILABLE))
-                return
-            latest = self._last_stable_offset() if m.committed else self.high_watermark
-            m.reply(ListOffsetResult(ErrorCode.NONE, -1, latest, epoch))
-        elif m.timestamp == MAX_TIMESTAMP:
-            found = log_.max_timestamp(nowait)
-            if found is None or found[0] >= self.high_watermark:
-                m.reply(ListOffsetResult(ErrorCode.NONE, -1, -1, -1))
-            else:
-                offset, timestamp = self._record_in_batch(
-                    found[0], found[1], exact=True, nowait=nowait
-                )
-                m.reply(ListOffsetResult(ErrorCode.NONE, timestamp, offset, epoch))
-        elif m.timestamp < 0:
-            m.reply(ListOffsetResult(ErrorCode.INVALID_REQUEST))
-        else:
-            found = log_.offset_for_timestamp(m.timestamp, nowait)
-            if found is None or found[0] >= self.high_watermark:
-                m.reply(ListOffsetResult(ErrorCode.NONE, -1, -1, -1))
-            else:
-                offset, timestamp = self._record_in_batch(
-                    found[0], m.timestamp, exact=False, nowait=nowait
-                )
-                m.reply(ListOffsetResult(ErrorCode.NONE, timestamp, offset, epoch))
+    @property
+    def leading(self) -> bool:
+        return self._leading
 
-    def _record_in_batch(
-        self, batch_offset: int, timestamp: int, exact: bool, nowait: bool
-    ) -> tuple[int, int]:
-        """(offset, timestamp) of the first record of the batch at `batch_offset` whose
-        timestamp is `timestamp` (exact) or at least `timestamp`, as Kafka answers by-time
-        lookups. The indexes find the batch; this decodes just that one batch."""
-        assert self._log is not None
-        data = self._log.read_bytes(batch_offset, 1, self.high_watermark, nowait)  # one batch
-        try:
-            _, records = decode_batch(data)
-        except DecodeError as e:  # our log holds only batches that passed their CRC
-            log.error("%s: batch at %d does not decode: %s", self, batch_offset, e)
-            return batch_offset, timestamp
-        for record in records:
-            if record.timestamp == timestamp or (not exact and record.timestamp > timestamp):
-                return record.offset, record.timestamp
-        return batch_offset, timestamp
+    @property
+    def txns(self) -> TxnState:
+        return self._txns
 
-    # Reads that missed the page cache ------------------------------------------------------
+    @property
+    def replicated(self) -> bool:
+        return self._replication is not None
 
-    def _nowait(self, attempts: int) -> bool:
-        """Whether a read may only use the page cache. A read whose range was brought in
-        that many times and still misses (memory this tight) waits for the disk instead."""
-        return attempts < limits.cold_read_attempts_max
-
-    def _warm_and_retry(self, miss: NotCached, m: Read | ListOffset, attempts: int) -> None:
-        """Read the missing range in on the read pool, then serve `m` again."""
-        ref = self.actor_ref
-
-        def warmed(_result: Any, error: BaseException | None) -> None:
-            if error is not None:  # the file went (deleted); the retry answers what it finds
-                log.debug("%s: warming %s failed: %r", self, miss, error)
-            try:
-                ref.tell(_Warmed(m, attempts + 1))
-            except ActorDeadError:
-                self.on_dropped(m)
-
-        if self.services.metrics is not None:
-            self.services.metrics.cold_reads += 1
-        self.services.read_blocking(lambda: warm(miss.fd, miss.position, miss.length), warmed)
-
-    def _warmed(self, m: _Warmed) -> None:
-        if isinstance(m.message, Read):
-            self._read(m.message, m.attempts)
-        else:
-            self._list_offset(m.message, m.attempts)
-
-    def _epoch_end_offset(self, m: EpochEndOffset) -> None:
-        log_ = self._log
-        if log_ is None:
-            m.reply((ErrorCode.NOT_LEADER_OR_FOLLOWER, -1, -1))
-            return
-        error = self._epoch_error(m.current_leader_epoch)
-        if error is not None:
-            m.reply((error, -1, -1))
-        elif m.leader_epoch > self.leader_epoch:
-            m.reply((ErrorCode.NONE, -1, -1))  # UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
-        elif self._replication is None:
-            # Every batch so far was written in epoch 0, the only epoch there has been.
-            m.reply((ErrorCode.NONE, self.leader_epoch, log_.next_offset))
-        else:
-            # Kafka's endOffsetFor: the largest epoch <= the one asked, and where it ends.
-            epoch, end = log_.end_offset_for_epoch(m.leader_epoch)
-            last = log_.last_epoch
-            if epoch < 0 and m.leader_epoch >= 0 and (last is None or last < m.leader_epoch):
-                # Our own epoch holds no batch yet (a leader elected with everything
-                # committed writes no no-op). Kafka's leader starts its epoch in its cache
-                # at its log end when elected: the epoch asked, or the last one below it
-                # with a batch, ends at the log end.
-                asked = m.leader_epoch
-                epoch = asked if asked == self.leader_epoch or last is None else last
-                end = log_.next_offset
-            m.reply((ErrorCode.NONE, epoch, end))
+    def replica_ready(self) -> bool:
+        """Not a replicated leader that has yet to commit its election-time log (KIP-207)."""
+        return self._replication is None or self._replication.leader_ready()
 
     def _info(self, m: PartitionInfo) -> None:
         log_ = self._log
@@ -1358,12 +1200,12 @@ _ACKS_ALL = -1
 
 # What waits while the partition starts or rebuilds its producer state (`_hold`).
 _WAIT_FOR_STATE = frozenset({Produce, Read, ListOffset, EpochEndOffset, PartitionInfo,
-                             DeleteRecords, WriteTxnMarker, TransferLeadership, _Warmed})
+                             DeleteRecords, WriteTxnMarker, TransferLeadership, Warmed})
 
 
 def _refuse(message: Any, error: ErrorCode) -> None:
     """`refuse`, and a read back from the read pool is its own read refused."""
-    refuse(message.message if isinstance(message, _Warmed) else message, error)
+    refuse(message.message if isinstance(message, Warmed) else message, error)
 
 
 def _acks(acks: int) -> Acks:
