@@ -3,7 +3,7 @@
 Started by the supervisor as `python -m shards.shard_process --shard N --shards M ...`,
 which pins the process to its core and runs a `Shard`. It binds the actor runtime to its
 loop, joins the pipe mesh of the node's shards, and starts its actors: a Partition per
-partition it owns (shards/partition_table.py), a GroupCoordinator, and on shard 0 the
+partition it owns (shards/shard_topics.py), a GroupCoordinator, and on shard 0 the
 Controller (which owns the topic table and sends every change to all shards) and the Spark
 reader endpoint. It accepts Kafka connections on the listening socket the supervisor bound
 for it (shards/acceptor.py). Its stats endpoint (shards/stats.py) answers the supervisor's

@@ -5,8 +5,9 @@ and the answers Metadata and FindCoordinator need (DESIGN.md §5, §7).
 shard's life (start, serve, stop) and this module as what a cluster adds to it. The class
 names what it reads of the shard below (its attributes and the few methods it calls); a node
 of its own (`cluster` false) has no Raft host, and the answers here fall back to "this node
-leads everything". The Raft services themselves are shards/raft_host.py's; the controller's
-host and the stand-ins are shards/cluster_host.py's.
+leads everything". What shard 0 gives the controller group is `ControllerHost`, below. The
+Raft services themselves are shards/raft_host.py's; the stand-in for partitions hosted on
+other nodes and the reads of a replica's role are shards/cluster_host.py's.
 """
 
 from __future__ import annotations
@@ -30,7 +31,6 @@ from actors.partition_replication import GroupKey
 from actors.runtime import actor_of
 from actors.services import BrokerSettings, TopicTable
 from shards import limits
-from shards.arena import ArenaSet
 from shards.calls import cluster_info
 from shards.calls.raft import CONTROLLER_GROUP
 from shards.cluster_host import leads, raft_status
@@ -59,10 +59,7 @@ class ClusterShard:
     _partitions: dict[tuple[str, int], ActorRef[Any]]  # the replicas on this shard
     _controller: Any
     _group_coordinator: ActorRef[Any] | None
-    _mesh: Any
     _router: Router | None
-    _arenas: ArenaSet | None
-    _rpc_fd: int | None
     _node_mesh: NodeMesh | None
     _cluster_nodes: dict[int, NodeInfo]  # registered nodes (Metadata's brokers)
     _controller_leader: int | None

@@ -42,8 +42,9 @@ def free_bases(count: int) -> dict[str, int]:
     """Base ports for `cluster up -n count` whose every node's port is free. Below the
     ephemeral range (32768-60999 here), so no client's outgoing connection holds one."""
     for _ in range(200):
+        # Bases count * STEP apart: node i's ports of one kind never meet another kind's.
         bases = dict(zip(("kafka", "rpc", "admin", "reader"),
-                         random.sample(range(10_000, 32_000 - count * STEP, STEP), 4),
+                         random.sample(range(10_000, 32_000 - count * STEP, count * STEP), 4),
                          strict=True))
         offsets = [random.randrange(STEP)] * 4
         bases = {name: port + off for (name, port), off in zip(bases.items(), offsets,
