@@ -156,7 +156,7 @@ class _Flushed(NamedTuple):
 
 
 class ControllerHost(Protocol):
-    """What the shard gives the controller (shards/shard.py)."""
+    """What the shard gives the controller (shards/shard_cluster.py's ControllerHost)."""
 
     def publish(self, table: TopicTable, done: Callable[[], None]) -> None: ...
     def nodes_changed(self, view: ClusterView) -> None: ...

@@ -38,7 +38,7 @@ A group is named by its `GroupKey` (topic, index, topic id) wherever it crosses 
 Raft messages, ticks, leader reports, and its term and vote in the shard's table. Two
 incarnations of one topic name (deleted and created again) never meet: each node's directory
 says which incarnation it holds (storage/partition_dir.py), and a replica of one drops the
-other's messages (shards/shard.py). A partition of replication factor 1 on a cluster has no
+other's messages (shards/shard_cluster.py). A partition of replication factor 1 on a cluster has no
 group: its `LoneLeader` reports its leadership as a group's leader does.
 
 The log start is replicated as Kafka replicates it: the leader's goes with its appends and

@@ -112,7 +112,7 @@ class Watermarks:
     def withdraw(self, key: Key, state: Published | None) -> None:
         """A partition that last published `state` (None: nothing) stops publishing: `gone`,
         unless what the table holds for `key` is another's (a topic deleted and created
-        again under its name, whose new partition already published, shards/shard.py)."""
+        again under its name, whose new partition already published, shards/shard_topics.py)."""
         published = self._published.get(key)
         if published is None or published is state:
             self.gone(key)

@@ -174,5 +174,5 @@ leader_refresh_interval_s = 2.0
 # Leader reports in one message at most (a shard leading thousands sends several).
 leader_updates_per_message_max = 500
 # A cluster's node stopping cleanly hands the leadership of every group its shard leads to a
-# follower first (shards/shard.py); it waits this long for the transfers, then stops anyway.
+# follower first (shards/shard_cluster.py); it waits this long for the transfers, then stops anyway.
 leadership_transfer_timeout_s = 1.0

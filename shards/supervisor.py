@@ -156,7 +156,7 @@ def _take_ports(
 
 
 def _remove_trash(data_dir: Path) -> None:
-    """Directories of deleted partitions that a crash left behind (shards/shard.py)."""
+    """Directories of deleted partitions that a crash left behind (shards/shard_topics.py)."""
     for path in data_dir.glob(f"*{TRASH_SUFFIX}"):
         if path.is_dir():
             log.info("removing %s, left by a topic deletion", path.name)

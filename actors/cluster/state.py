@@ -21,7 +21,7 @@ early answer).
 
 `version` is the end offset of what is applied: the last applied record's offset + 1 (0:
 nothing yet), so it moves forward with every record, failed or not, and a view's `TopicTable`
-has a version that only grows, which is what the shards compare (shards/shard.py). Records
+has a version that only grows, which is what the shards compare (shards/shard_topics.py). Records
 that carry no command (the leader's no-op) advance it with `skip(offset)`.
 
 The state is a mutable object rather than a value: applying a command touches one topic,

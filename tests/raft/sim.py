@@ -28,7 +28,7 @@ The faults, as Krill meets them:
   logs and hard states). Nodes take the new table when they can hear the others; a node
   down or cut off meanwhile goes on running its replica of the old one, with its old log
   and terms, until it does. Messages are routed by topic and id, and a node drops one for
-  another incarnation than its own (shards/shard.py `raft_receive`).
+  another incarnation than its own (shards/shard_cluster.py `raft_receive`).
 - Every node applies its committed log with the cluster controller's apply loop
   (cluster.Applier).
 

@@ -194,7 +194,7 @@ def test_a_starting_shard_asks_every_peer_shard_and_a_leader_answers_what_it_lea
 
 def test_a_raft_call_names_each_group_by_topic_id_and_carries_its_payload() -> None:
     """What crosses to a peer shard names the incarnation: the receiving shard gives the
-    messages only to a replica of the same topic id (shards/shard.py, raft_receive)."""
+    messages only to a replica of the same topic id (shards/shard_cluster.py, raft_receive)."""
     router = _Recorder()
     old, new = GroupKey("t", 0, b"\1" * 16), GroupKey("t", 0, b"\2" * 16)
     append = Message(MsgType.MsgApp, (2, 0), (1, 0), 3, offset=9, log_term=2,
