@@ -5,11 +5,12 @@ another shard of this node or on another node (node RPC).
       producer epoch, commit, coordinator epoch)       COMMIT or ABORT control batch
                 <-- TxnMarkerAnswer(error)              once it is committed, or refused
 
-The coordinator finds the leader with `Services.partition_writer` (shards/shard_cluster.py) and tells
-the stand-in (shards/remote.py `RemotePartition`) the marker like any partition message. A
-call to another node that gets `UNREACHABLE` (calls/base.py) is answered REQUEST_TIMED_OUT:
-whether the marker was written is unknown, and the coordinator retries it, which is safe (a
-second marker for a transaction already ended here lists nothing, actors/txn_state.py).
+The coordinator finds the leader with `Services.partition_writer` (shards/shard_cluster.py)
+and tells the stand-in (shards/remote.py `RemotePartition`) the marker like any partition
+message. A call to another node that gets `UNREACHABLE` (calls/base.py) is answered
+REQUEST_TIMED_OUT: whether the marker was written is unknown, and the coordinator retries it,
+which is safe (a second marker for a transaction already ended here lists nothing,
+actors/txn_state.py).
 """
 
 from __future__ import annotations
