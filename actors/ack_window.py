@@ -2,9 +2,10 @@
 where the high watermark is.
 
 A pure machine, shaped like actors/group/state.py: events in, a `Step` out, no I/O, clock or
-actor inside. The `Partition` actor (actors/partition.py) appends to its log, runs each
-fdatasync on the I/O pool, publishes the high watermark and answers producers; what to answer,
-when, and when to start a flush, it asks this window. Offsets here are end offsets (the first
+actor inside. The `Partition` actor (actors/partition.py) appends to its log, and its
+`Flushes` (actors/partition_flush.py) run each fdatasync on the I/O pool, publish the high
+watermark and answer producers; what to answer, when, and when to start a flush, they ask this
+window. Offsets here are end offsets (the first
 offset not covered), as the log's are, and two orders hold:
 
     flushed_offset <= written_offset        an fdatasync made it durable / it is in the log
@@ -65,7 +66,7 @@ Waiters are kept per acks level, ordered by the end offset they need: an idempot
 producer's duplicate waits for its original's offset (`wait`), which may be below newer
 waiters'. Every step answers in offset order, ties in arrival order.
 
-A failed flush (actors/partition.py has the rule, after fsyncgate): the Partition cuts its log
+A failed flush (actors/partition_flush.py has the rule, after fsyncgate): the Partition cuts its log
 back to the flushed offset, and here the written offset goes back with it, every waiter past
 it fails, and the commit is taken back to it if past it (with write.caching: the high
 watermark moves back). The flush out covered nothing, and what queued behind it was cut too:

@@ -6,7 +6,7 @@ observes on every Raft tick, with the partition's clock, its log's end, each fol
 from the Raft machine's progress (actors/raft/progress.py: what the follower has flushed and
 acknowledged) and the peers the shard has not heard from for an election timeout; it reports
 each new set as a new version of its leader report (Metadata, the admin API, the metrics),
-and min.insync.replicas is counted against it (actors/partition.py).
+and min.insync.replicas is counted against it (actors/partition_produce.py).
 
 Kafka's rule (replica.lag.time.max.ms): a follower is in sync while it has caught up with the
 leader's log end within the last `lag_max_ms`, and here it also leaves at once when its node

@@ -22,7 +22,7 @@ once), checked on every tick, and reports each change as a new version of its le
 (shards/raft_host.py), which Metadata and the admin API read. min.insync.replicas has Kafka's
 meaning on top of Raft: an acks=all produce is refused NOT_ENOUGH_REPLICAS while the in-sync
 replicas are fewer, NOT_ENOUGH_REPLICAS_AFTER_APPEND when they become fewer while it waits
-(actors/partition.py), and is answered once max(majority, min.insync.replicas) replicas have
+(actors/partition_flush.py), and is answered once max(majority, min.insync.replicas) replicas have
 flushed it: beyond a majority, the ack window's second offset (`insync_offset`, from the
 progress's matches) holds it; the high watermark still moves with the majority.
 
@@ -75,8 +75,8 @@ if TYPE_CHECKING:
     from actors.topic_config import TopicSettings
     from storage import DiskLog
 
-__all__ = ["GroupKey", "LoneLeader", "RaftServices", "Replication", "group_name",
-           "legacy_group_name"]
+__all__ = ["AckWindowHost", "GroupKey", "LoneLeader", "RaftServices", "Replication",
+           "group_name", "legacy_group_name"]
 
 log = logging.getLogger(__name__)
 
@@ -157,7 +157,7 @@ def log_state(log_: Log) -> LogState:
 
 class ReplicationHost(Protocol):
     """What a Replication needs of its partition (actors/partition.py's Partition): who it is,
-    its log and settings, its ack window's offsets, and where to say what Raft decided."""
+    its log and settings, and where to say what Raft decided."""
 
     topic: str
     index: int
@@ -171,22 +171,29 @@ class ReplicationHost(Protocol):
     def leader_epoch_is_leader(self) -> bool: ...
     def log_or_none(self) -> DiskLog | None: ...
     def now_ms(self) -> int: ...
-    def written_offset(self) -> int: ...
     def replicated_append(self, last_offset: int, headers: list[BatchHeader],
                           data: bytes | bytearray | memoryview) -> None: ...
-    def quorum_committed(self, high_watermark: int) -> None: ...
-    def insync_moved(self, offset: int | None) -> None: ...
-    def in_sync_changed(self, in_sync: int) -> None: ...
     def log_rewritten(self) -> None: ...
     def follow_log_start(self, offset: int) -> None: ...
-    def cut_complete(self) -> None: ...
     def role_changed(self, leading: bool, term: int, was_leading: bool) -> None: ...
+
+
+class AckWindowHost(Protocol):
+    """What a Replication tells its partition's ack window (actors/partition_flush.py's
+    Flushes): Raft's commit, the in-sync replicas' flushes, a cut's end."""
+
+    def written_offset(self) -> int: ...
+    def quorum_committed(self, high_watermark: int) -> None: ...
+    def insync_moved(self, offset: int | None) -> None: ...
+    def in_sync_changed(self, in_sync: int, wanted: int) -> None: ...
+    def cut_complete(self) -> None: ...
 
 
 class Replication:
     def __init__(self, partition: ReplicationHost, replicas: tuple[Address, ...],
-                 raft: RaftServices) -> None:
+                 raft: RaftServices, window: AckWindowHost) -> None:
         self.partition = partition
+        self.window = window
         self.replicas = replicas
         self.raft = raft
         self.key = GroupKey(partition.topic, partition.index, partition.topic_id)
@@ -406,13 +413,14 @@ class Replication:
         """The topic's settings changed (min.insync.replicas among them)."""
         self._flushes_moved()
         if self.isr is not None:
-            self.partition.in_sync_changed(len(self.isr.isr))
+            self.window.in_sync_changed(len(self.isr.isr),
+                                       self.partition.settings.min_insync_replicas)
 
     def _flushes_moved(self) -> None:
         """A follower's answer or this replica's own flush came in: what min.insync.replicas
         replicas have flushed may have moved."""
         if self.replica is not None and not self.replica.closed:
-            self.partition.insync_moved(self.insync_offset())
+            self.window.insync_moved(self.insync_offset())
 
     def _observe_isr(self) -> None:
         isr, machine = self.isr, self.machine
@@ -426,7 +434,7 @@ class Replication:
         log.info("%s: in-sync replicas now nodes %s of %s", self.partition,
                  [node for node, _ in changed], [node for node, _ in self.replicas])
         self.raft.leader_changed(self.key, self.raft.address, machine.term, changed)
-        self.partition.in_sync_changed(len(changed))
+        self.window.in_sync_changed(len(changed), self.partition.settings.min_insync_replicas)
 
     def status(self) -> list[Any]:
         """[role, leader node or -1, term, {follower node: matched offset}, quiesced,
@@ -453,10 +461,10 @@ class Replication:
     def appended(self, last_offset: int, headers: list[BatchHeader],
                  data: bytes | bytearray | memoryview) -> None:
         self.partition.replicated_append(last_offset, headers, data)
-        if self._commit_target > self.partition.written_offset():
+        if self._commit_target > self.window.written_offset():
             return
         if self._commit_target:
-            self.partition.quorum_committed(self._commit_target)
+            self.window.quorum_committed(self._commit_target)
 
     def log_rewritten(self) -> None:
         self.partition.log_rewritten()
@@ -465,11 +473,11 @@ class Replication:
         self.partition.follow_log_start(offset)
 
     def cut_complete(self) -> None:
-        self.partition.cut_complete()
+        self.window.cut_complete()
 
     def committed(self, high_watermark: int) -> None:
         self._commit_target = max(self._commit_target, high_watermark)
-        self.partition.quorum_committed(min(high_watermark, self.partition.written_offset()))
+        self.window.quorum_committed(min(high_watermark, self.window.written_offset()))
 
     def role_changed(self, soft: SoftState, term: int) -> None:
         p = self.partition

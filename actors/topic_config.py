@@ -17,7 +17,7 @@ Every key is either enforced or refused; none is accepted and ignored:
   acks=all produce is refused NOT_ENOUGH_REPLICAS while the in-sync replicas (one on a node of
   its own) are fewer, answered NOT_ENOUGH_REPLICAS_AFTER_APPEND when they become fewer while
   it waits, and answered once max(a majority, min.insync.replicas) replicas have flushed it
-  (actors/partition.py); acks=0 and acks=1 are not affected.
+  (actors/partition_produce.py); acks=0 and acks=1 are not affected.
 - Met by construction, so any valid value holds: flush.ms and flush.messages bound how long
   an append may stay unflushed, and Krill flushes every append at once (fdatasync before
   acks=1 or acks=all is answered, unless write.caching), which meets any bound;

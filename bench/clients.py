@@ -179,6 +179,28 @@ def wait_room(
             check()
 
 
+def send_all(p: Any, dr: Deliveries, topic: str, value: bytes, n: int, partitions: int,
+             deadline: float, check: Callable[[], None], stall_timeout: float) -> float:
+    """Hand ``n`` messages to the producer ``p`` as fast as it takes them, round-robin over
+    partitions, each delivery timed by ``dr`` from its send; when it was done sending."""
+    produce, poll, cb, pc = p.produce, p.poll, dr.cb, time.perf_counter
+    for i in range(n):
+        while True:
+            try:
+                produce(topic, value, partition=i % partitions, on_delivery=partial(cb, pc()))
+                break
+            except BufferError:
+                # The local queue is full: wait for deliveries, but not forever.
+                wait_room(p, dr, deadline, check, stall_timeout)
+        if not i & 63:
+            poll(0)
+            if not i & 8191:
+                check()
+                if time.monotonic() > deadline:
+                    raise CaseError(f"produce timed out after {i} messages")
+    return pc()
+
+
 def produce_max(
     bootstrap: str,
     topic: str,
@@ -197,24 +219,9 @@ def produce_max(
     stats, errors, dr = StatsCollector(), ErrorLog("producer"), Deliveries()
     cpu_b0, cpu_c0 = tree_cpu_seconds(broker_pid), client_cpu()
     p = Producer(producer_config(bootstrap, stats, errors))
-    produce, poll, cb, pc = p.produce, p.poll, dr.cb, time.perf_counter
     deadline = time.monotonic() + timeout
-    t_start = pc()
-    for i in range(n):
-        while True:
-            try:
-                produce(topic, value, partition=i % partitions, on_delivery=partial(cb, pc()))
-                break
-            except BufferError:
-                # The local queue is full: wait for deliveries, but not forever.
-                wait_room(p, dr, deadline, check, stall_timeout)
-        if not i & 63:
-            poll(0)
-            if not i & 8191:
-                check()
-                if time.monotonic() > deadline:
-                    raise CaseError(f"produce timed out after {i} messages")
-    t_sent = pc()
+    t_start = time.perf_counter()
+    t_sent = send_all(p, dr, topic, value, n, partitions, deadline, check, stall_timeout)
     flush_deliveries(p, dr, deadline, check, stall_timeout)
     cpu_b1, cpu_c1 = tree_cpu_seconds(broker_pid), client_cpu()
     stats.wait_fresh(p)

@@ -55,8 +55,8 @@ from bench.clients import (
     close_bounded,
     flush_deliveries,
     max_rate_figures,
+    send_all,
     send_paced,
-    wait_room,
 )
 from bench.cluster_nodes import (
     NODES,
@@ -136,24 +136,10 @@ def produce_max(
     _warm_up(p, topic, partitions, check)
     stats.wait_fresh(p)
     reqs0, txb0 = stats.produce_requests() or 0, stats.tx_bytes() or 0
-    produce, poll, cb, pc = p.produce, p.poll, dr.cb, time.perf_counter
     deadline = time.monotonic() + args.phase_timeout
     cpu_b0, cpu_c0 = cpu(), time.process_time()
-    t_start = pc()
-    for i in range(n):
-        while True:
-            try:
-                produce(topic, value, partition=i % partitions, on_delivery=partial(cb, pc()))
-                break
-            except BufferError:
-                wait_room(p, dr, deadline, check, args.stall_timeout)
-        if not i & 63:
-            poll(0)
-            if not i & 8191:
-                check()
-                if time.monotonic() > deadline:
-                    raise CaseError(f"produce timed out after {i} messages")
-    t_sent = pc()
+    t_start = time.perf_counter()
+    t_sent = send_all(p, dr, topic, value, n, partitions, deadline, check, args.stall_timeout)
     flush_deliveries(p, dr, deadline, check, args.stall_timeout)
     cpu_b1, cpu_c1 = cpu(), time.process_time()
     stats.wait_fresh(p)

@@ -5,7 +5,7 @@ shard process of a node started with `enable_failure_injection: true`; the scena
 uses them for its slow-disk and fdatasync-error faults. Every flush ticket syncs through
 `fdatasync` below, so a probe takes the same path a real failure would: the delay is slept on
 the I/O thread that runs the flush (never on a shard's loop), and the error is the `OSError`
-(EIO) a failing device gives, which the partition handles as any other (actors/partition.py).
+(EIO) a failing device gives, which the partition handles as any other (actors/partition_flush.py).
 
 The probes are process-wide, set on the loop thread and read by the I/O threads: each is one
 attribute, replaced whole, so a thread sees the old value or the new one.

@@ -11,7 +11,7 @@ the partition's owner assigns offsets and appends (DESIGN.md §2). acks=0 gets n
 acks=1 and acks=all are answered once the data is flushed (safe mode). An acks=all produce
 to a topic whose min.insync.replicas exceeds the replicas in sync gets NOT_ENOUGH_REPLICAS and
 is not appended, as Kafka answers: the partition's leader knows its in-sync replicas and
-checks (actors/partition.py); acks=0 and acks=1 do not wait for other replicas.
+checks (actors/partition_produce.py); acks=0 and acks=1 do not wait for other replicas.
 
 Transactional batches (KIP-98) are taken: each must carry a producer id, and opens or
 continues its producer's transaction on the partition (actors/txn_state.py); the request's

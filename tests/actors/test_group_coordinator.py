@@ -31,7 +31,8 @@ from actors.group.messages import (
     ListGroups,
     OffsetsOwnership,
 )
-from actors.partition import Partition, Produce, ProduceResult, Read, ReadResult
+from actors.partition import Partition
+from actors.partition_messages import Produce, ProduceResult, Read, ReadResult
 from actors.services import BrokerSettings, TopicInfo, TopicTable
 from actors.topic_config import TopicSettings
 from shards.watch import WatchService

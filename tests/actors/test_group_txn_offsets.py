@@ -21,7 +21,7 @@ from actors.group.messages import (
     FetchOffsets,
     TxnCommitOffsets,
 )
-from actors.partition import Read, WriteTxnMarker
+from actors.partition_messages import Read, WriteTxnMarker
 from tests.actors.test_group_coordinator import PARTITIONS, Node, ask, group_in, loop, start
 from tests.support.actor_loop import settle
 from wire.errors import ErrorCode as E

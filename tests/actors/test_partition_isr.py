@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from actors.partition import ProduceResult
+from actors.partition_messages import ProduceResult
 from actors.topic_config import TopicSettings
 from tests.support.actor_loop import actor_loop, settle
 from tests.support.replicated_partitions import ASKS_MAX, REPLICAS, Address, Cluster

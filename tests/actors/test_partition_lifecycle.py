@@ -17,14 +17,8 @@ from typing import Any
 import pytest
 
 from actors.metrics import ShardMetrics
-from actors.partition import (
-    Delete,
-    DeleteRecords,
-    Partition,
-    PartitionInfo,
-    Produce,
-    ProduceResult,
-)
+from actors.partition import Partition
+from actors.partition_messages import Delete, DeleteRecords, PartitionInfo, Produce, ProduceResult
 from actors.services import BrokerSettings
 from actors.topic_config import TopicSettings
 from actors.watermarks import Watermarks

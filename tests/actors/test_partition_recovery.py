@@ -19,9 +19,10 @@ from typing import Any
 
 import pytest
 
-import actors.partition as partition_module
+import actors.partition_producers as producers_module
 from actors.hard_state import HardStateStore
-from actors.partition import Partition, PartitionInfo, Produce, ProduceResult
+from actors.partition import Partition
+from actors.partition_messages import PartitionInfo, Produce, ProduceResult
 from actors.producer_rebuild import Rebuilt
 from actors.services import BrokerSettings
 from actors.topic_config import TopicSettings
@@ -273,14 +274,14 @@ def rebuilds(monkeypatch: pytest.MonkeyPatch) -> Iterator[Rebuilds]:
     # partition read it before: every header since the log start, on the loop).
     monkeypatch.setattr(HeaderScan, "headers", recorded(HeaderScan.headers))
     monkeypatch.setattr(DiskLog, "iter_batch_headers", recorded(DiskLog.iter_batch_headers))
-    real_rebuild = getattr(partition_module, "rebuild", None)
+    real_rebuild = getattr(producers_module, "rebuild", None)
     if real_rebuild is not None:
         def rebuild(dir_fd: int, scan: HeaderScan, name: str) -> Rebuilt:
             result: Rebuilt = real_rebuild(dir_fd, scan, name)
             seen.results.append(result)
             return result
 
-        monkeypatch.setattr(partition_module, "rebuild", rebuild)
+        monkeypatch.setattr(producers_module, "rebuild", rebuild)
     yield seen
 
 

@@ -14,13 +14,13 @@ import pytest
 
 from actors.group import OFFSETS_TOPIC
 from actors.group.messages import TxnOffsetsMarker
-from actors.partition import (
+from actors.partition import Partition
+from actors.partition_messages import (
     LATEST_TIMESTAMP,
     DeleteRecords,
     FetchBudget,
     ListOffset,
     ListOffsetResult,
-    Partition,
     PartitionInfo,
     Produce,
     ProduceResult,

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from actors.partition import (
+from actors.partition_messages import (
     MAX_TIMESTAMP,
     EpochEndOffset,
     FetchBudget,

@@ -17,11 +17,11 @@ from typing import Any
 
 import pytest
 
-from actors.partition import (
+from actors.partition import Partition
+from actors.partition_messages import (
     FetchBudget,
     ListOffset,
     ListOffsetResult,
-    Partition,
     PartitionInfo,
     Produce,
     ProduceResult,

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from actors.partition import (
+from actors.partition_messages import (
     LATEST_TIMESTAMP,
     FetchBudget,
     ListOffset,

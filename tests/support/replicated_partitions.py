@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from actors.hard_state import HardStateStore
-from actors.partition import Partition, PartitionInfo, Produce, ProduceResult, RaftReceive
+from actors.partition import Partition
+from actors.partition_messages import PartitionInfo, Produce, ProduceResult, RaftReceive
 from actors.partition_replication import GroupKey
 from actors.raft import Message
 from actors.services import BrokerSettings
