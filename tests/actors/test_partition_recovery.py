@@ -364,7 +364,7 @@ def test_a_cut_rebuilds_off_the_loop_from_the_snapshot_below_it_while_clients_wa
     ((rebuilt),) = rebuilds.results
     assert rebuilt.snapshot_offset == older, (rebuilt, snapshots, cut)
     kept = offsets.index(cut) - 1  # the sequence of the last batch the cut kept
-    duplicate = actor._producers.check(PID, 0, kept, 0).duplicate  # noqa: SLF001
+    duplicate = actor._producer_state.producers.check(PID, 0, kept, 0).duplicate  # noqa: SLF001
     assert duplicate is not None and duplicate.first_offset == offsets[kept]
-    assert actor._producers.check(PID, 0, kept + 2, 0).error is not None  # noqa: SLF001
+    assert actor._producer_state.producers.check(PID, 0, kept + 2, 0).error is not None  # noqa: SLF001
     assert max(int(p.name.split(".")[0]) for p in directory.glob("*.snapshot")) <= cut
