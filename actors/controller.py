@@ -299,7 +299,8 @@ class Controller(LoopActor):
         if problem is not None:
             return TopicResult(name, ErrorCode.INVALID_TOPIC_EXCEPTION, problem)
         if name in topics:
-            return TopicResult(name, ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {name!r} exists")
+            return TopicResult(name, ErrorCode.TOPIC_ALREADY_EXISTS,
+                               f"Topic '{name}' already exists.")  # Kafka's words
         partitions = spec.partitions
         if spec.assignments:
             if partitions != -1:

@@ -445,6 +445,7 @@ class Partition(LoopActor):
                 "flushed_offset": log_.flushed_offset,
                 "producers": len(self._producer_state.producers),
                 "segments": len(log_.segment_base_offsets),
+                "size_bytes": log_.size,
                 "segments_removed": self._lifecycle.segments_removed,
                 "cleans": self._lifecycle.cleans,
                 "cleaner_checkpoint": log_.cleaner_checkpoint,

@@ -38,10 +38,12 @@ SPARK_WRITER_CASES = ["spark_writer"]  # bench/spark_writer.py
 CLUSTER_CASES = [
     "cluster_vs_single", "cluster_failover", "cluster_catch_up", "cluster_idle_heartbeats",
 ]
+# bench/vs_kafka.py: Krill beside Apache Kafka (fsync per batch, page cache) and tansu.
+VS_KAFKA_CASES = ["vs_kafka_throughput", "vs_kafka_latency", "vs_kafka_cluster_latency"]
 ALL_CASES = [
     "ceilings", *PRODUCE_CASES, "rss_100_partitions", *SHARD_CASES, *GROUP_CASES,
     *RUNNING_CASES, *LIFECYCLE_CASES, *SATURATION_CASES, *SCENARIO_CASES, *RAFT_CASES,
-    *CLUSTER_CASES, *SPARK_CASES, *SPARK_WRITER_CASES,
+    *CLUSTER_CASES, *SPARK_CASES, *SPARK_WRITER_CASES, *VS_KAFKA_CASES,
 ]
 
 
@@ -178,6 +180,10 @@ def main(argv: list[str] | None = None) -> int:
             from bench import spark_writer
 
             emit(spark_writer.from_bench_run(case, args.quick))
+        elif case in VS_KAFKA_CASES:
+            from bench import vs_kafka
+
+            emit(vs_kafka.VS_KAFKA_CASES[case](args))
     log(f"done in {time.monotonic() - t0:.1f}s" + (f"; results in {out_path}" if out_path else ""))
     return 1 if failed else 0
 

@@ -290,7 +290,7 @@ class ClusterState:
         if problem is not None:
             return Applied(ErrorCode.INVALID_TOPIC_EXCEPTION, problem)
         if name in self._topics:
-            return Applied(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {name!r} exists")
+            return Applied(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
         if len(c.topic_id) != _TOPIC_ID_BYTES or not any(c.topic_id):
             return Applied(ErrorCode.INVALID_REQUEST, "a topic id is 16 bytes, not all zero")
         if c.topic_id in self._names_by_id:

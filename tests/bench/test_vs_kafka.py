@@ -1,0 +1,122 @@
+"""Krill beside Apache Kafka and tansu (bench/vs_kafka.py, bench/peers/): the peers fetched
+into the cache and started, and each case run whole at tiny sizes. A case must end without an
+error, with every side's figures, Krill's ratios and the targets' verdicts in the line, and
+leave no process or directory behind."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from bench.cluster_nodes import create_topic
+from bench.peers.fetch import KAFKA_VERSION, kafka_libs, tansu_binary
+from bench.peers.kafka import KafkaCluster
+from bench.peers.tansu import Tansu
+from bench.run import ALL_CASES
+from bench.vs_kafka import VS_KAFKA_CASES, run_cluster_latency, run_latency, run_throughput
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
+
+
+def _args(tmp_path: Path, **more: object) -> argparse.Namespace:
+    base = {
+        "quick": True, "smp": 1, "krill": None, "data_root": str(tmp_path), "keep": False,
+        "phase_timeout": 60.0, "stall_timeout": 30.0, "rounds": 0, "messages": 0,
+        "fixed_seconds": 0.0,
+    }  # fmt: skip
+    base.update(more)
+    return argparse.Namespace(**base)
+
+
+def _round_trip(bootstrap: str, replicas: int) -> list[bytes]:
+    create_topic(bootstrap, "t", 2, replicas)
+    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True})
+    for i in range(10):
+        p.produce("t", str(i).encode(), partition=i % 2)
+    assert p.flush(30) == 0
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "g",
+                  "enable.auto.commit": False})
+    c.assign([TopicPartition("t", k, 0) for k in range(2)])
+    got: list[bytes] = []
+    for _ in range(100):
+        m = c.poll(0.5)
+        if m is not None and m.error() is None:
+            got.append(m.value())
+        if len(got) == 10:
+            break
+    c.close()
+    return sorted(got)
+
+
+def test_the_cases_are_registered_with_the_bench() -> None:
+    assert set(VS_KAFKA_CASES) <= set(ALL_CASES)
+
+
+def test_the_peers_are_fetched_into_the_cache() -> None:
+    libs = kafka_libs()
+    assert any(jar.name == f"kafka_2.13-{KAFKA_VERSION}.jar" for jar in libs.iterdir())
+    assert any(jar.name.startswith("kafka-tools-") for jar in libs.iterdir())
+    assert tansu_binary().stat().st_mode & 0o111
+
+
+@pytest.mark.parametrize("nodes", [1, 3])
+def test_kafka_starts_serves_and_stops(tmp_path: Path, nodes: int) -> None:
+    kafka = KafkaCluster(nodes=nodes, fsync=True, heap_mib=512, data_root=str(tmp_path))
+    with kafka:
+        assert kafka.describe()["settings"]["log.flush.interval.messages"] == "1"
+        assert _round_trip(kafka.bootstrap, nodes) == sorted(str(i).encode() for i in range(10))
+        assert kafka.cpu_seconds() > 0
+        pids = kafka.pids
+    assert len(pids) == nodes
+    assert all(node.proc is not None and node.proc.poll() is not None for node in kafka.nodes)
+    assert not any(tmp_path.iterdir()), "the nodes' directories are left behind"
+
+
+def test_tansu_starts_serves_and_stops(tmp_path: Path) -> None:
+    with Tansu(data_root=str(tmp_path)) as tansu:
+        assert _round_trip(tansu.bootstrap, 1) == sorted(str(i).encode() for i in range(10))
+    assert not tansu.alive()
+    assert not any(tmp_path.iterdir())
+
+
+def test_throughput_beside_kafka_and_tansu(tmp_path: Path) -> None:
+    res = run_throughput(_args(tmp_path, rounds=2, messages=2_000))
+
+    assert res["error"] is None, res["error"]
+    assert set(res["sides"]) == {"krill", "kafka_fsync", "kafka_page_cache", "tansu"}
+    for side in res["sides"].values():
+        assert len(side["rounds"]) == 2 and side["msgs_per_s_median"] > 0
+        assert side["broker_cpu_s_per_gb_median"] > 0
+    assert res["sides"]["kafka_fsync"]["settings"]["log.flush.interval.messages"] == "1"
+    assert "log.flush.interval.messages" not in res["sides"]["kafka_page_cache"]["settings"]
+    for peer in ("kafka_fsync", "kafka_page_cache", "tansu"):
+        assert len(res[f"krill_over_{peer}_msgs_per_s_by_round"]) == 2
+        assert res[f"krill_over_{peer}_msgs_per_s_median"] > 0
+    assert set(res["target_met"]) == {"msgs_per_s_ge_1_0x_kafka_fsync",
+                                      "cpu_per_gb_le_1_5x_kafka_fsync"}
+    assert not any(tmp_path.iterdir()), "a side's directory is left behind"
+
+
+def test_latency_at_fixed_rates_beside_kafka(tmp_path: Path) -> None:
+    res = run_latency(_args(tmp_path, fixed_seconds=0.5))
+
+    assert res["error"] is None, res["error"]
+    for name, side in res["sides"].items():
+        fixed = side["fixed_rate"]["5000"]
+        assert fixed["held"] is True, (name, fixed)
+        assert fixed["p50_ms_median"] <= fixed["p99_ms_median"] <= fixed["p99_9_ms_median"]
+    assert "5000" in res["krill_over_kafka_fsync_p99_by_rate"]
+    assert res["target_met"]["p99_le_1_0x_kafka_fsync_at_every_rate_it_holds"] is not None
+
+
+def test_latency_of_three_nodes_beside_a_kafka_cluster(tmp_path: Path) -> None:
+    res = run_cluster_latency(_args(tmp_path, fixed_seconds=0.5))
+
+    assert res["error"] is None, res["error"]
+    assert set(res["sides"]) == {"krill", "kafka_fsync"}
+    assert res["sides"]["kafka_fsync"]["nodes"] == res["sides"]["krill"]["nodes"] == 3
+    assert res["sides"]["krill"]["fixed_rate"]["5000"]["rounds"][0]["messages"] > 0
+    assert "5000" in res["krill_over_kafka_fsync_p99_by_rate"]
