@@ -44,7 +44,8 @@ peers: setup
 	$(PY) -m bench.peers.fetch
 
 bench-peers: peers
-	$(PY) -m bench.run --case vs_kafka_throughput --case vs_kafka_latency
+	$(PY) -m bench.run --case vs_kafka_throughput --case vs_kafka_latency \
+		--case vs_kafka_cluster_latency --case vs_kafka_end_to_end --case vs_kafka_consume
 
 lint: setup
 	$(VENV)/bin/ruff check .

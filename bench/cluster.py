@@ -214,12 +214,12 @@ def produce_fixed_rate(
     }
 
 
-def _median(values: Any) -> float | None:
+def median_of(values: Any) -> float | None:
     values = [v for v in values if v is not None]
     return round(statistics.median(values), 3) if values else None
 
 
-def _range(values: Any) -> list[float] | None:
+def range_of(values: Any) -> list[float] | None:
     values = [v for v in values if v is not None]
     return [round(min(values), 3), round(max(values), 3)] if values else None
 
@@ -303,32 +303,32 @@ def _summarise_sides(a: dict[str, Any], b: dict[str, Any], res: dict[str, Any]) 
     for side in (a, b):
         rs = side["rounds"]
         side["produce_median"] = {
-            "msgs_per_s": _median(r["msgs_per_s"] for r in rs),
-            "msgs_per_s_range": _range(r["msgs_per_s"] for r in rs),
-            "mb_per_s": _median(r["mb_per_s"] for r in rs),
-            "broker_cpu_s_per_gb": _median(r["broker_cpu_s_per_gb"] for r in rs),
-            "latency_p99_ms": _median(r["latency_ms"].get("p99") for r in rs),
-            "msgs_per_request": _median(r["msgs_per_request"] for r in rs),
-            "client_cpu_s": _median(r["client_cpu_s"] for r in rs),
+            "msgs_per_s": median_of(r["msgs_per_s"] for r in rs),
+            "msgs_per_s_range": range_of(r["msgs_per_s"] for r in rs),
+            "mb_per_s": median_of(r["mb_per_s"] for r in rs),
+            "broker_cpu_s_per_gb": median_of(r["broker_cpu_s_per_gb"] for r in rs),
+            "latency_p99_ms": median_of(r["latency_ms"].get("p99") for r in rs),
+            "msgs_per_request": median_of(r["msgs_per_request"] for r in rs),
+            "client_cpu_s": median_of(r["client_cpu_s"] for r in rs),
         }
         for fixed in side["fixed_rate"].values():
             frs = fixed["rounds"]
             for q in ("p50", "p99", "p99_9"):
                 values = [r["latency_ms"].get(q) for r in frs]
-                fixed[f"{q}_ms_median"] = _median(values)
-                fixed[f"{q}_ms_range"] = _range(values)
-            fixed["achieved_msgs_per_s_median"] = _median(r["achieved_msgs_per_s"] for r in frs)
-            fixed["from_schedule_p99_ms_median"] = _median(
+                fixed[f"{q}_ms_median"] = median_of(values)
+                fixed[f"{q}_ms_range"] = range_of(values)
+            fixed["achieved_msgs_per_s_median"] = median_of(r["achieved_msgs_per_s"] for r in frs)
+            fixed["from_schedule_p99_ms_median"] = median_of(
                 r["latency_from_schedule_ms"].get("p99") for r in frs)
-            fixed["broker_cpu_s_median"] = _median(r["broker_cpu_s"] for r in frs)
+            fixed["broker_cpu_s_median"] = median_of(r["broker_cpu_s"] for r in frs)
     pairs = list(zip(a["rounds"], b["rounds"], strict=False))
     msgs = [ratio(y["msgs_per_s"], x["msgs_per_s"]) for x, y in pairs]
     cpu = [ratio(y["broker_cpu_s_per_gb"], x["broker_cpu_s_per_gb"]) for x, y in pairs]
     res["cluster_over_single_msgs_per_s_by_round"] = msgs
-    res["cluster_over_single_msgs_per_s_median"] = _median(msgs)
-    res["cluster_over_single_msgs_per_s_range"] = _range(msgs)
+    res["cluster_over_single_msgs_per_s_median"] = median_of(msgs)
+    res["cluster_over_single_msgs_per_s_range"] = range_of(msgs)
     res["cluster_over_single_cpu_per_gb_by_round"] = cpu
-    res["cluster_over_single_cpu_per_gb_median"] = _median(cpu)
+    res["cluster_over_single_cpu_per_gb_median"] = median_of(cpu)
     for rate in FIXED_RATES:
         fa, fb = a["fixed_rate"].get(str(rate)), b["fixed_rate"].get(str(rate))
         if fa and fb:
@@ -652,7 +652,7 @@ def run_cluster_failover(args: argparse.Namespace) -> dict[str, Any]:
         res[kind] = {
             f"{what}_{how}": f(t.get(what) for t in done)
             for what in ("leaders_s", "metadata_s", "writable_s", "ack_gap_s")
-            for how, f in (("median", _median), ("range", _range))
+            for how, f in (("median", median_of), ("range", range_of))
         }
     kill, term = res["kill9"].get("writable_s_range"), res["sigterm"].get("writable_s_range")
     res["target_met"] = {
@@ -762,8 +762,8 @@ def run_cluster_catch_up(args: argparse.Namespace) -> dict[str, Any]:
     for what in ("mb_per_s", "mb_per_s_after_ready", "mb_per_s_copying",
                  "restart_to_caught_up_s", "ready_to_caught_up_s", "restart_to_ready_s",
                  "restart_to_first_progress_s", "copy_s"):  # fmt: skip
-        res[f"{what}_median"] = _median(r.get(what) for r in done)
-        res[f"{what}_range"] = _range(r.get(what) for r in done)
+        res[f"{what}median_of"] = median_of(r.get(what) for r in done)
+        res[f"{what}range_of"] = range_of(r.get(what) for r in done)
     res["target_met"] = {}  # the issue names no figure to reach
     return finish(res, t0)
 

@@ -39,7 +39,8 @@ CLUSTER_CASES = [
     "cluster_vs_single", "cluster_failover", "cluster_catch_up", "cluster_idle_heartbeats",
 ]
 # bench/vs_kafka.py: Krill beside Apache Kafka (fsync per batch, page cache) and tansu.
-VS_KAFKA_CASES = ["vs_kafka_throughput", "vs_kafka_latency", "vs_kafka_cluster_latency"]
+VS_KAFKA_CASES = ["vs_kafka_throughput", "vs_kafka_latency", "vs_kafka_cluster_latency",
+                  "vs_kafka_end_to_end", "vs_kafka_consume"]
 ALL_CASES = [
     "ceilings", *PRODUCE_CASES, "rss_100_partitions", *SHARD_CASES, *GROUP_CASES,
     *RUNNING_CASES, *LIFECYCLE_CASES, *SATURATION_CASES, *SCENARIO_CASES, *RAFT_CASES,

@@ -180,7 +180,7 @@ def run_idle_consumers(args: argparse.Namespace) -> dict[str, Any]:
 # cold_reads ---------------------------------------------------------------------------------
 
 
-def _evict(directory: Path) -> int:
+def evict_page_cache(directory: Path) -> int:
     """Drop a partition's segment files from the page cache (clean pages of one file: no
     privilege needed); the bytes still cached after, which should be 0."""
     from storage.page_cache import cached
@@ -234,7 +234,7 @@ def _read_at(bootstrap: str, mb_per_s: float, stop: threading.Event, out: dict[s
 def _cold_round(args: argparse.Namespace, broker: Broker, cold: bool) -> dict[str, Any]:
     directory = Path(broker.data_dir) / "history-0"
     if cold:
-        left = _evict(directory)
+        left = evict_page_cache(directory)
         if left:
             raise CaseError(f"{left} bytes stayed in the page cache: cannot measure cold reads")
     else:

@@ -25,17 +25,32 @@ from __future__ import annotations
 
 import argparse
 import os
+import struct
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
+from functools import partial
+from pathlib import Path
 from typing import Any
 
+from bench import ceilings as ceil
 from bench.broker import Broker, log, tree_cpu_seconds, tree_rss_mib
-from bench.cluster import PARTITIONS, VALUE_BYTES, Side, _median, _range
+from bench.clients import (
+    MB,
+    Deliveries,
+    consume_all,
+    flush_deliveries,
+    produce_max,
+    wait_room,
+)
+from bench.cluster import PARTITIONS, VALUE_BYTES, Side, median_of, producer_config, range_of
 from bench.cluster_nodes import NODES, Cluster
+from bench.measure import ErrorLog, StatsCollector
 from bench.peers.kafka import KafkaCluster
 from bench.peers.tansu import Tansu
 from bench.report import CaseError, case_failed, finish, header, ratio
+from bench.running import evict_page_cache
 
 __all__ = ["VS_KAFKA_CASES"]
 
@@ -56,10 +71,13 @@ class _Peer:
 
     def __init__(self, name: str, describe: dict[str, Any], bootstrap: str, replicas: int,
                  cpu: Callable[[], float], rss: Callable[[], float],
-                 check: Callable[[], None]) -> None:
+                 check: Callable[[], None], pid: int = 0,
+                 data_dir: Path | None = None) -> None:
         self.side = Side(name, bootstrap, replicas, cpu, check)
         self.side.res.update(describe)
         self.rss = rss
+        self.pid = pid  # a one-node side's process (its tree's CPU is the broker's)
+        self.data_dir = data_dir  # where its partitions' directories are (None: memory)
 
     @property
     def name(self) -> str:
@@ -76,7 +94,7 @@ def _krill(stack: ExitStack, args: argparse.Namespace) -> _Peer:
 
     describe = {"broker": "krill", "nodes": 1, "smp": broker.smp, "fsync_per_batch": True}
     return _Peer("krill", describe, broker.bootstrap, 1, lambda: tree_cpu_seconds(broker.pid),
-                 lambda: tree_rss_mib(broker.pid), check)
+                 lambda: tree_rss_mib(broker.pid), check, broker.pid, Path(broker.data_dir))
 
 
 def _kafka(stack: ExitStack, args: argparse.Namespace, *, nodes: int, fsync: bool) -> _Peer:
@@ -84,13 +102,13 @@ def _kafka(stack: ExitStack, args: argparse.Namespace, *, nodes: int, fsync: boo
                                              keep=args.keep))
     name = "kafka_fsync" if fsync else "kafka_page_cache"
     return _Peer(name, kafka.describe(), kafka.bootstrap, nodes, kafka.cpu_seconds,
-                 kafka.rss_mib, kafka.check)
+                 kafka.rss_mib, kafka.check, kafka.pids[0], kafka.nodes[0].log_dir)
 
 
 def _tansu(stack: ExitStack, args: argparse.Namespace) -> _Peer:
     tansu = stack.enter_context(Tansu(data_root=args.data_root))
     return _Peer("tansu", tansu.describe(), tansu.bootstrap, 1, tansu.cpu_seconds,
-                 tansu.rss_mib, tansu.check)
+                 tansu.rss_mib, tansu.check, tansu.pid)
 
 
 def _krill_cluster(stack: ExitStack, args: argparse.Namespace) -> _Peer:
@@ -156,10 +174,10 @@ def _summarise_throughput(res: dict[str, Any], peers: list[_Peer]) -> None:
     by_name = {p.name: p.side.res for p in peers}
     for side in by_name.values():
         rs = side.get("rounds", [])
-        side["msgs_per_s_median"] = _median(r["msgs_per_s"] for r in rs)
-        side["msgs_per_s_range"] = _range(r["msgs_per_s"] for r in rs)
-        side["broker_cpu_s_per_gb_median"] = _median(r["broker_cpu_s_per_gb"] for r in rs)
-        side["broker_cpu_s_per_gb_range"] = _range(r["broker_cpu_s_per_gb"] for r in rs)
+        side["msgs_per_s_median"] = median_of(r["msgs_per_s"] for r in rs)
+        side["msgs_per_s_range"] = range_of(r["msgs_per_s"] for r in rs)
+        side["broker_cpu_s_per_gb_median"] = median_of(r["broker_cpu_s_per_gb"] for r in rs)
+        side["broker_cpu_s_per_gb_range"] = range_of(r["broker_cpu_s_per_gb"] for r in rs)
     krill = by_name.get("krill")
     if krill is None:
         return
@@ -170,11 +188,11 @@ def _summarise_throughput(res: dict[str, Any], peers: list[_Peer]) -> None:
         msgs = [ratio(k["msgs_per_s"], p["msgs_per_s"]) for k, p in pairs]
         cpu = [ratio(k["broker_cpu_s_per_gb"], p["broker_cpu_s_per_gb"]) for k, p in pairs]
         res[f"krill_over_{name}_msgs_per_s_by_round"] = msgs
-        res[f"krill_over_{name}_msgs_per_s_median"] = _median(msgs)
-        res[f"krill_over_{name}_msgs_per_s_range"] = _range(msgs)
+        res[f"krill_over_{name}_msgs_per_s_median"] = median_of(msgs)
+        res[f"krill_over_{name}_msgs_per_s_range"] = range_of(msgs)
         res[f"krill_over_{name}_cpu_per_gb_by_round"] = cpu
-        res[f"krill_over_{name}_cpu_per_gb_median"] = _median(cpu)
-        res[f"krill_over_{name}_cpu_per_gb_range"] = _range(cpu)
+        res[f"krill_over_{name}_cpu_per_gb_median"] = median_of(cpu)
+        res[f"krill_over_{name}_cpu_per_gb_range"] = range_of(cpu)
     msgs_median = res.get("krill_over_kafka_fsync_msgs_per_s_median")
     cpu_median = res.get("krill_over_kafka_fsync_cpu_per_gb_median")
     res["target_met"] = {
@@ -241,10 +259,10 @@ def _summarise_latency(res: dict[str, Any], peers: list[_Peer]) -> None:
             frs = fixed["rounds"]
             for q in ("p50", "p99", "p99_9"):
                 values = [r["latency_from_schedule_ms"].get(q) for r in frs]
-                fixed[f"{q}_ms_median"] = _median(values)
-                fixed[f"{q}_ms_range"] = _range(values)
-            fixed["achieved_msgs_per_s_median"] = _median(r["achieved_msgs_per_s"] for r in frs)
-            fixed["broker_cpu_s_median"] = _median(r["broker_cpu_s"] for r in frs)
+                fixed[f"{q}_ms_median"] = median_of(values)
+                fixed[f"{q}_ms_range"] = range_of(values)
+            fixed["achieved_msgs_per_s_median"] = median_of(r["achieved_msgs_per_s"] for r in frs)
+            fixed["broker_cpu_s_median"] = median_of(r["broker_cpu_s"] for r in frs)
         held = [int(rate) for rate, f in side.get("fixed_rate", {}).items() if f.get("held")]
         side["highest_rate_held"] = max(held) if held else None
     krill, kafka = by_name.get("krill"), by_name.get("kafka_fsync")
@@ -276,8 +294,188 @@ def run_cluster_latency(args: argparse.Namespace) -> dict[str, Any]:
         _krill_cluster(stack, args), _kafka(stack, args, nodes=NODES, fsync=True)])
 
 
+# --------------------------------------------------------------------------- consume
+
+
+CONSUME_BYTES = 1_000_000_000  # written once per side, then read back cold and warm
+QUICK_CONSUME_BYTES = 50_000_000
+
+
+def run_consume(args: argparse.Namespace) -> dict[str, Any]:
+    """1 GB written into 6 partitions, then read back from offset 0 by one consumer: first
+    cold (the side's segment files dropped from the page cache), then warm. tansu keeps its
+    records in memory: its cold read is a warm one."""
+    case = "vs_kafka_consume"
+    total = QUICK_CONSUME_BYTES if args.quick else CONSUME_BYTES
+    n = args.messages or total // VALUE_BYTES
+    res = header(case, args)
+    res.update({"value_bytes": VALUE_BYTES, "partitions": PARTITIONS, "messages": n,
+                "client": "confluent-kafka"})
+    value = os.urandom(VALUE_BYTES)
+    t0 = time.monotonic()
+    peers: list[_Peer] = []
+    try:
+        with ExitStack() as stack:
+            peers = [_krill(stack, args), _kafka(stack, args, nodes=1, fsync=True),
+                     _tansu(stack, args)]
+            res["sides"] = {p.name: p.side.res for p in peers}
+            for peer in peers:
+                peer.side.next_topic()
+                out = produce_max(peer.side.bootstrap, peer.side.topic, n, value, PARTITIONS,
+                                  timeout=args.phase_timeout * 5, stall_timeout=args.stall_timeout,
+                                  check=peer.side.check, broker_pid=peer.pid)
+                peer.side.res["written_msgs_per_s"] = out["msgs_per_s"]
+            for how in ("cold", "warm"):
+                for peer in peers:
+                    left = _drop_cache(peer) if how == "cold" else None
+                    out = consume_all(peer.side.bootstrap, peer.side.topic, PARTITIONS, n,
+                                      stall_timeout=args.stall_timeout,
+                                      timeout=args.phase_timeout * 5, check=peer.side.check,
+                                      broker_pid=peer.pid)
+                    out["cached_bytes_left_before"] = left
+                    peer.side.res[how] = out
+                    log(f"{case} {how} {peer.name}: {out['msgs_per_s']} msg/s, "
+                        f"{out['mb_per_s']} MB/s")
+    except Exception as e:
+        case_failed(res, case, e)
+    by_name = {p.name: p.side.res for p in peers}
+    krill = by_name.get("krill", {})
+    for name, side in by_name.items():
+        if name != "krill":
+            for how in ("cold", "warm"):
+                ours, theirs = krill.get(how), side.get(how)
+                if ours and theirs:
+                    res[f"krill_over_{name}_{how}_msgs_per_s"] = ratio(ours["msgs_per_s"],
+                                                                      theirs["msgs_per_s"])
+    return finish(res, t0)
+
+
+def _drop_cache(peer: _Peer) -> int | None:
+    """Drop the side's segment files of its topic from the page cache; the bytes still
+    cached after (None: a memory broker)."""
+    if peer.data_dir is None:
+        return None
+    topic = peer.side.topic
+    return sum(evict_page_cache(peer.data_dir / f"{topic}-{k}") for k in range(PARTITIONS))
+
+
+# --------------------------------------------------------------------------- end to end
+
+E2E_RATE = 10_000
+
+
+def run_end_to_end(args: argparse.Namespace) -> dict[str, Any]:
+    """A producer at a fixed rate and a consumer in this process reading the same topic as
+    it grows: each message's latency from its scheduled send time (in its first 8 bytes) to
+    the consumer's poll returning it, through the broker's flush and high watermark."""
+    case = "vs_kafka_end_to_end"
+    rounds = args.rounds or (1 if args.quick else 2)
+    seconds = args.fixed_seconds or (2.0 if args.quick else 10.0)
+    res = header(case, args)
+    res.update({"value_bytes": VALUE_BYTES, "partitions": PARTITIONS, "rate": E2E_RATE,
+                "seconds": seconds, "rounds": rounds, "acks": "all", "idempotent": True,
+                "client": "confluent-kafka", "consumer": "assign, fetch.wait.max.ms 10"})
+    t0 = time.monotonic()
+    peers: list[_Peer] = []
+    try:
+        with ExitStack() as stack:
+            peers = [_krill(stack, args), _kafka(stack, args, nodes=1, fsync=True),
+                     _kafka(stack, args, nodes=1, fsync=False), _tansu(stack, args)]
+            res["sides"] = {p.name: p.side.res for p in peers}
+            _warm(peers, os.urandom(VALUE_BYTES), args)
+            for r, peer in _abba(rounds, peers):
+                peer.side.next_topic()
+                out = _e2e_round(peer, E2E_RATE, seconds, args)
+                peer.side.res["rounds"].append(out)
+                lat = out["latency_ms"]
+                log(f"{case} {r + 1}/{rounds} {peer.name}: p50 {lat.get('p50')} p99 "
+                    f"{lat.get('p99')} p99.9 {lat.get('p99_9')} ms")
+    except Exception as e:
+        case_failed(res, case, e)
+    by_name = {p.name: p.side.res for p in peers}
+    for side in by_name.values():
+        for q in ("p50", "p99", "p99_9"):
+            values = [r["latency_ms"].get(q) for r in side.get("rounds", [])]
+            side[f"{q}_ms_median"] = median_of(values)
+            side[f"{q}_ms_range"] = range_of(values)
+    krill = by_name.get("krill", {})
+    for name, side in by_name.items():
+        if name != "krill":
+            res[f"krill_over_{name}_p99"] = ratio(krill.get("p99_ms_median"),
+                                                  side.get("p99_ms_median"))
+    return finish(res, t0)
+
+
+_STAMP = struct.Struct("<d")
+
+
+def _e2e_round(peer: _Peer, rate: int, seconds: float,
+               args: argparse.Namespace) -> dict[str, Any]:
+    from confluent_kafka import OFFSET_END, Consumer, Producer, TopicPartition
+
+    side, total = peer.side, int(rate * seconds)
+    latencies: list[float] = []
+    consumer = Consumer({"bootstrap.servers": side.bootstrap, "group.id": "bench-e2e",
+                         "enable.auto.commit": False, "fetch.wait.max.ms": 10})
+    consumer.assign([TopicPartition(side.topic, k, OFFSET_END) for k in range(PARTITIONS)])
+    consumer.consume(num_messages=1, timeout=1.0)  # connected and positioned before sending
+    stop = threading.Event()
+
+    def read() -> None:
+        pc, unpack = time.perf_counter, _STAMP.unpack_from
+        while len(latencies) < total and not stop.is_set():
+            # Whatever has arrived, within 5 ms: a batch's wait must not add to its latency.
+            for m in consumer.consume(num_messages=10_000, timeout=0.005):
+                if m.error() is None:
+                    latencies.append(pc() - unpack(m.value())[0])
+
+    reader = threading.Thread(target=read, name="e2e-reader", daemon=True)
+    reader.start()
+    stats, errors = StatsCollector(), ErrorLog("producer(e2e)")
+    p = Producer(producer_config(side.bootstrap, stats, errors))
+    dr, pad = Deliveries(), os.urandom(VALUE_BYTES - _STAMP.size)
+    pc = time.perf_counter
+    for k in range(PARTITIONS):  # connected, its producer id, every leader known: untimed
+        p.produce(side.topic, _STAMP.pack(pc()) + pad, partition=k)
+    flush_deliveries(p, dr, time.monotonic() + 30, side.check, args.stall_timeout)
+    seen_by = time.monotonic() + 30
+    while len(latencies) < PARTITIONS:  # and the consumer has read them
+        if time.monotonic() > seen_by:
+            raise CaseError(f"{peer.name}: the consumer did not read the warm-up messages")
+        time.sleep(0.01)
+    latencies.clear()
+    cpu0 = side.cpu()
+    t_start = pc()
+    deadline = time.monotonic() + seconds * 3 + 30
+    for i in range(total):
+        due = t_start + i / rate
+        while (now := pc()) < due:
+            p.poll(min(0.001, due - now))
+        while True:
+            try:
+                p.produce(side.topic, _STAMP.pack(due) + pad, partition=i % PARTITIONS,
+                          on_delivery=partial(dr.cb, due))
+                break
+            except BufferError:
+                wait_room(p, dr, deadline, side.check, args.stall_timeout)
+    flush_deliveries(p, dr, deadline, side.check, args.stall_timeout)
+    reader.join(timeout=max(1.0, deadline - time.monotonic()))
+    stop.set()
+    reader.join(timeout=5)
+    consumer.close()
+    if dr.errors:
+        raise CaseError(f"{dr.errors} delivery errors end to end; first: {dr.first_error}")
+    if len(latencies) < total:
+        raise CaseError(f"the consumer read {len(latencies)} of {total} messages")
+    return {"messages": total, "latency_ms": ceil.latency_summary_ms(latencies),
+            "broker_cpu_s": round(side.cpu() - cpu0, 3),
+            "mb_per_s_offered": round(rate * VALUE_BYTES / MB, 2)}
+
+
 VS_KAFKA_CASES: dict[str, Callable[[argparse.Namespace], dict[str, Any]]] = {
     "vs_kafka_throughput": run_throughput,
     "vs_kafka_latency": run_latency,
     "vs_kafka_cluster_latency": run_cluster_latency,
+    "vs_kafka_end_to_end": run_end_to_end,
+    "vs_kafka_consume": run_consume,
 }

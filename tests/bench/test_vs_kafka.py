@@ -16,7 +16,14 @@ from bench.peers.fetch import KAFKA_VERSION, kafka_libs, tansu_binary
 from bench.peers.kafka import KafkaCluster
 from bench.peers.tansu import Tansu
 from bench.run import ALL_CASES
-from bench.vs_kafka import VS_KAFKA_CASES, run_cluster_latency, run_latency, run_throughput
+from bench.vs_kafka import (
+    VS_KAFKA_CASES,
+    run_cluster_latency,
+    run_consume,
+    run_end_to_end,
+    run_latency,
+    run_throughput,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -120,3 +127,27 @@ def test_latency_of_three_nodes_beside_a_kafka_cluster(tmp_path: Path) -> None:
     assert res["sides"]["kafka_fsync"]["nodes"] == res["sides"]["krill"]["nodes"] == 3
     assert res["sides"]["krill"]["fixed_rate"]["5000"]["rounds"][0]["messages"] > 0
     assert "5000" in res["krill_over_kafka_fsync_p99_by_rate"]
+
+
+def test_end_to_end_latency_beside_kafka_and_tansu(tmp_path: Path) -> None:
+    res = run_end_to_end(_args(tmp_path, fixed_seconds=0.5))
+
+    assert res["error"] is None, res["error"]
+    for side in res["sides"].values():
+        (only,) = side["rounds"]
+        assert only["latency_ms"]["count"] == only["messages"] == 5_000
+        assert 0 < side["p50_ms_median"] <= side["p99_ms_median"] <= side["p99_9_ms_median"]
+    assert res["krill_over_kafka_fsync_p99"] > 0
+
+
+def test_consume_cold_and_warm_beside_kafka_and_tansu(tmp_path: Path) -> None:
+    res = run_consume(_args(tmp_path, messages=6_000))
+
+    assert res["error"] is None, res["error"]
+    for name, side in res["sides"].items():
+        for how in ("cold", "warm"):
+            assert side[how]["verified"] is True and side[how]["messages"] == 6_000, name
+    for name in ("krill", "kafka_fsync"):  # on disk: dropped from the page cache first
+        assert res["sides"][name]["cold"]["cached_bytes_left_before"] == 0
+    assert res["sides"]["tansu"]["cold"]["cached_bytes_left_before"] is None
+    assert res["krill_over_kafka_fsync_cold_msgs_per_s"] > 0
