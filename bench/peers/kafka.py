@@ -56,10 +56,11 @@ class KafkaError(RuntimeError):
 
 
 def kafka_java(main_class: str, *args: str, heap_mib: int = 256,
-               log_level: str = "WARN", config_dir: Path | None = None) -> list[str]:
+               log_level: str = "WARN", config_dir: Path | None = None,
+               libs: Path | None = None) -> list[str]:
     """The command line that runs one of Kafka's classes (a tool's main, the broker) as
-    Kafka's scripts run it, on the fetched jars."""
-    libs = kafka_libs()
+    Kafka's scripts run it, on the fetched jars (`libs`: another set, Connect's)."""
+    libs = libs or kafka_libs()
     conf = config_dir or libs.parent
     log4j = conf / f"log4j2-{log_level.lower()}.properties"
     if not log4j.exists():
