@@ -173,19 +173,26 @@ class Reads:
     ) -> tuple[int, int]:
         """(offset, timestamp) of the first record of the batch at `batch_offset` whose
         timestamp is `timestamp` (exact) or at least `timestamp`, as Kafka answers by-time
-        lookups. The indexes find the batch; this decodes just that one batch."""
+        lookups; records below the log start (a batch DeleteRecords cut through) are not
+        answered. The indexes find the batch; this decodes just that one batch."""
         log_ = self._host.log_or_none()
         assert log_ is not None
-        data = log_.read_bytes(batch_offset, 1, self._host.high_watermark, nowait)  # one batch
+        start = log_.log_start_offset
+        first = max(batch_offset, start)
+        data = log_.read_bytes(first, 1, self._host.high_watermark, nowait)  # one batch
         try:
             _, records = decode_batch(data)
         except DecodeError as e:  # our log holds only batches that passed their CRC
             log.error("%s: batch at %d does not decode: %s", self._host, batch_offset, e)
-            return batch_offset, timestamp
-        for record in records:
+            return first, timestamp
+        kept = [record for record in records if record.offset >= start]
+        for record in kept:
             if record.timestamp == timestamp or (not exact and record.timestamp > timestamp):
                 return record.offset, record.timestamp
-        return batch_offset, timestamp
+        if exact and kept:  # the batch's latest record lay below the log start
+            latest = max(kept, key=lambda record: record.timestamp)
+            return latest.offset, latest.timestamp
+        return first, timestamp
 
     # Reads that missed the page cache ------------------------------------------------------
 

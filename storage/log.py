@@ -546,8 +546,9 @@ class DiskLog(FlushAccounting, ReplicaAccounting):
     def offset_for_timestamp(
         self, timestamp_ms: int, nowait: bool = False
     ) -> tuple[int, int] | None:
+        start = self.log_start_offset  # what DeleteRecords removed is not looked at
         for segment in self._segments:
-            found = segment.offset_for_timestamp(timestamp_ms, nowait)
+            found = segment.offset_for_timestamp(timestamp_ms, nowait, start)
             if found is not None:
                 return found
         return None
@@ -562,7 +563,7 @@ class DiskLog(FlushAccounting, ReplicaAccounting):
         for segment in by_stamp:
             if segment.max_timestamp < (0 if best is None else best[1]):
                 break
-            found = segment.max_data_timestamp(nowait)
+            found = segment.max_data_timestamp(nowait, self.log_start_offset)
             if found is not None and (best is None or found[1] > best[1]
                                       or found[1] == best[1] and found[0] < best[0]):
                 best = found

@@ -148,34 +148,45 @@ class Segment:
         return position, self.next_offset
 
     def offset_for_timestamp(
-        self, timestamp_ms: int, nowait: bool = False
+        self, timestamp_ms: int, nowait: bool = False, from_offset: int = 0
     ) -> tuple[int, int] | None:
-        """(base offset, max timestamp) of the first batch whose max timestamp >= timestamp_ms."""
-        if self.is_empty or self.max_timestamp < timestamp_ms:
+        """(base offset, max timestamp) of the first batch whose max timestamp >= timestamp_ms
+        and that holds an offset at or above `from_offset` (the log start: what DeleteRecords
+        removed from a segment's head is not looked at)."""
+        if self.is_empty or self.max_timestamp < timestamp_ms or from_offset >= self.next_offset:
             return None
         i = self.time_index.first_at_or_after(timestamp_ms)
         # Every batch up to entry i-1's batch has a max timestamp below the target.
         start_relative = self.time_index.values[i - 1] if i > 0 else 0
+        start_relative = max(start_relative, from_offset - self.base_offset)
         _, position = self.index.lookup(start_relative)
         for header in self.headers_from(position, nowait):
-            if header.max_timestamp >= timestamp_ms:
+            if header.max_timestamp >= timestamp_ms and header.next_offset > from_offset:
                 return header.base_offset, header.max_timestamp
+        if from_offset > self.base_offset:
+            return None  # what had a later stamp lies below the log start
         raise AssertionError(f"{self}: max timestamp {self.max_timestamp} not found by scan")
 
-    def max_data_timestamp(self, nowait: bool = False) -> tuple[int, int] | None:
+    def max_data_timestamp(self, nowait: bool = False,
+                           from_offset: int = 0) -> tuple[int, int] | None:
         """(base offset, max timestamp) of the first data batch (not a control batch) with
-        the largest max timestamp here, None if there is none. The batch `max_timestamp`
-        names is one header read; only a segment whose latest stamp is a control batch's
-        (a new term's LEADER_CHANGE opens its segment) is scanned."""
-        if self.max_timestamp < 0:
+        the largest max timestamp here that holds an offset at or above `from_offset` (the
+        log start), None if there is none. The batch `max_timestamp` names is one header
+        read; only a segment whose latest stamp is a control batch's (a new term's
+        LEADER_CHANGE opens its segment), or a batch below the log start, is scanned."""
+        if self.max_timestamp < 0 or from_offset >= self.next_offset:
             return None
         header = self.find(self.offset_of_max_timestamp, nowait)
         if header is not None and not header.is_control and (
-                header.max_timestamp == self.max_timestamp):  # else compaction took that batch
+                header.max_timestamp == self.max_timestamp) and (  # else compaction took it
+                header.next_offset > from_offset):
             return header.base_offset, header.max_timestamp
         best: tuple[int, int] | None = None
-        for header in self.headers_from(0, nowait):
-            if not header.is_control and header.max_timestamp > (-1 if best is None else best[1]):
+        _, position = self.index.lookup(max(0, from_offset - self.base_offset))
+        for header in self.headers_from(position, nowait):
+            if header.next_offset <= from_offset or header.is_control:
+                continue
+            if header.max_timestamp > (-1 if best is None else best[1]):
                 best = header.base_offset, header.max_timestamp
         return best
 

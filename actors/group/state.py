@@ -636,8 +636,9 @@ class Group:
             self._reply(e.reply, LeaveResult(ErrorCode.COORDINATOR_NOT_AVAILABLE))
             return
         results = []
-        for member_id, instance_id in e.members:
-            if member_id == "" and instance_id is not None:
+        for asked, instance_id in e.members:
+            member_id = asked
+            if member_id == "" and instance_id is not None:  # by instance id alone (the admin)
                 member_id = self._static.get(instance_id, "")
             if member_id in self._pending:
                 del self._pending[member_id]
@@ -650,7 +651,9 @@ class Group:
             else:
                 self._remove_member(self._members[member_id], now_ms)
                 error = ErrorCode.NONE
-            results.append((member_id, instance_id, error))
+            # The member id as asked, as Kafka answers: the Java AdminClient matches each
+            # answer to its request by (member id, instance id).
+            results.append((asked, instance_id, error))
         self._reply(e.reply, LeaveResult(ErrorCode.NONE, tuple(results)))
 
     # Helpers ---------------------------------------------------------------------------------

@@ -464,3 +464,21 @@ def test_a_failed_recovery_sync_cuts_nothing_and_the_next_ticket_syncs_it_all(
     assert log.flushed_offset == end
     assert {str(p) for p in segment_files(tmp_path, ".log")} <= set(synced)
     log.close()
+
+
+def test_time_lookups_start_at_the_log_start(tmp_path: Path) -> None:
+    """DeleteRecords moves the log start into a segment: a by-time lookup and the max
+    timestamp pass over the batches below it, as Kafka looks from the log start (found
+    below it, the partition would read an offset out of range)."""
+    log = DiskLog.open(tmp_path / "t-0", LogConfig(segment_bytes=1 << 20, index_interval_bytes=100))
+    for ts in [[1000], [2000], [3000], [9000], [4000], [5000], [6000]]:  # offsets 0..6
+        append(log, make_batch(ts, value_bytes=100), now_ms=ts[0])
+    assert log.offset_for_timestamp(3500) == (3, 9000) and log.max_timestamp() == (3, 9000)
+    log.advance_log_start(4)
+    assert log.offset_for_timestamp(3500) == (4, 4000)
+    assert log.offset_for_timestamp(500) == (4, 4000)
+    assert log.offset_for_timestamp(6001) is None
+    assert log.max_timestamp() == (6, 6000)
+    log.advance_log_start(7)
+    assert log.offset_for_timestamp(0) is None and log.max_timestamp() is None
+    log.close()
