@@ -221,6 +221,7 @@ class Broker:
         self.smp = smp
         self.extra_args = extra_args  # more `krill start` flags
         self.admin_port = 0  # the admin HTTP port (/metrics), when the krill has one
+        self.reader_address = ""  # the Spark reader endpoint (--reader-listen), when it has one
         self.krill = krill
         self.data_root = data_root
         self.start_timeout = start_timeout
@@ -257,6 +258,8 @@ class Broker:
         extra = extra_port_flags(exe)
         if "--admin-port" in extra:
             self.admin_port = int(extra[extra.index("--admin-port") + 1])
+        if "--reader-listen" in extra:
+            self.reader_address = extra[extra.index("--reader-listen") + 1]
         cmd = [
             exe, "start",
             "--listen", self.bootstrap,

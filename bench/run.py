@@ -40,7 +40,7 @@ CLUSTER_CASES = [
 ]
 # bench/vs_kafka.py: Krill beside Apache Kafka (fsync per batch, page cache) and tansu.
 VS_KAFKA_CASES = ["vs_kafka_throughput", "vs_kafka_latency", "vs_kafka_cluster_latency",
-                  "vs_kafka_end_to_end", "vs_kafka_consume"]
+                  "vs_kafka_end_to_end", "vs_kafka_consume", "vs_kafka_spark_source"]
 ALL_CASES = [
     "ceilings", *PRODUCE_CASES, "rss_100_partitions", *SHARD_CASES, *GROUP_CASES,
     *RUNNING_CASES, *LIFECYCLE_CASES, *SATURATION_CASES, *SCENARIO_CASES, *RAFT_CASES,

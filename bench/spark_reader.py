@@ -170,15 +170,21 @@ def decode_alone(fetched: dict[int, list[bytes]], include_headers: bool, decoder
 class SparkReads:
     """One `local[2]` session; reads of a topic into `noop`, timed, with either decoder."""
 
-    def __init__(self, address: str) -> None:
+    def __init__(self, address: str, kafka_connector: bool = False) -> None:
+        """`kafka_connector`: Spark's own Kafka source on the classpath too (bench/peers)."""
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         from pyspark.sql import SparkSession
 
         self.address = address
-        self.spark = (SparkSession.builder.master("local[2]")
-                      .config("spark.ui.enabled", "false")
-                      .config("spark.ui.showConsoleProgress", "false")
-                      .config("spark.driver.memory", "1g").getOrCreate())
+        builder = (SparkSession.builder.master("local[2]")
+                   .config("spark.ui.enabled", "false")
+                   .config("spark.ui.showConsoleProgress", "false")
+                   .config("spark.driver.memory", "1g"))
+        if kafka_connector:
+            from bench.peers.fetch import spark_kafka_jars
+
+            builder = builder.config("spark.jars", ",".join(map(str, spark_kafka_jars())))
+        self.spark = builder.getOrCreate()
         self.spark.sparkContext.setLogLevel("ERROR")
         self._decoder: str | None = None
 
@@ -202,6 +208,16 @@ class SparkReads:
         df = (self.spark.read.format("krill").option("krill.bootstrap", self.address)
               .option("subscribe", topic)
               .option("includeHeaders", str(include_headers).lower()).load())
+        started, cpu = time.perf_counter(), tree_cpu_seconds(self.jvm_pid)
+        df.write.format("noop").mode("overwrite").save()
+        cpu = tree_cpu_seconds(self.jvm_pid) - cpu
+        return Run(records / (time.perf_counter() - started), cpu / records * 1e6)
+
+    def read_kafka(self, bootstrap: str, topic: str, records: int) -> Run:
+        """Every record of `topic` into `noop` through Spark's own Kafka source."""
+        df = (self.spark.read.format("kafka").option("kafka.bootstrap.servers", bootstrap)
+              .option("subscribe", topic).option("startingOffsets", "earliest")
+              .option("endingOffsets", "latest").load())
         started, cpu = time.perf_counter(), tree_cpu_seconds(self.jvm_pid)
         df.write.format("noop").mode("overwrite").save()
         cpu = tree_cpu_seconds(self.jvm_pid) - cpu

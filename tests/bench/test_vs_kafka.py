@@ -22,6 +22,7 @@ from bench.vs_kafka import (
     run_consume,
     run_end_to_end,
     run_latency,
+    run_spark_source,
     run_throughput,
 )
 
@@ -151,3 +152,16 @@ def test_consume_cold_and_warm_beside_kafka_and_tansu(tmp_path: Path) -> None:
         assert res["sides"][name]["cold"]["cached_bytes_left_before"] == 0
     assert res["sides"]["tansu"]["cold"]["cached_bytes_left_before"] is None
     assert res["krill_over_kafka_fsync_cold_msgs_per_s"] > 0
+
+
+@pytest.mark.spark
+def test_spark_kafka_source_reading_krill_beside_reading_kafka(tmp_path: Path) -> None:
+    res = run_spark_source(_args(tmp_path, rounds=1, messages=20_000))
+
+    assert res["error"] is None, res["error"]
+    assert set(res["ways"]) == {"kafka_source_from_krill", "kafka_source_from_kafka",
+                                "krill_source_from_krill"}
+    assert all(way["rows_per_s"] > 0 for way in res["ways"].values())
+    assert res["kafka_source_krill_over_kafka_rows_per_s"] > 0
+    assert res["spark_rss_peak_mib"] > 0
+    assert res["target_met"]["kafka_source_krill_ge_0_8x_kafka"] is not None

@@ -1,7 +1,9 @@
 """Fixtures of the Spark reader tests: one local Spark session and one broker for them all.
 
 Starting Spark costs ~5 s, so the session is shared by every test (session scope); so is the
-broker, and each test makes topics of its own. Tests that need Spark are marked `spark`
+broker, and each test makes topics of its own. The session has both data sources: Krill's own
+(`krill`) and Spark's Kafka connector (`kafka`, its jars fetched once by
+bench/peers/fetch.py into the cache). Tests that need Spark are marked `spark`
 (select them with `-m spark`, leave them out with `-m "not spark"`).
 """
 
@@ -26,6 +28,7 @@ def spark() -> Iterator[Any]:
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     from pyspark.sql import SparkSession
 
+    from bench.peers.fetch import spark_kafka_jars
     from wire.spark import register
 
     session = (
@@ -35,6 +38,7 @@ def spark() -> Iterator[Any]:
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.driver.memory", "1g")
         .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.jars", ",".join(str(jar) for jar in spark_kafka_jars()))
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")
