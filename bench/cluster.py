@@ -762,8 +762,8 @@ def run_cluster_catch_up(args: argparse.Namespace) -> dict[str, Any]:
     for what in ("mb_per_s", "mb_per_s_after_ready", "mb_per_s_copying",
                  "restart_to_caught_up_s", "ready_to_caught_up_s", "restart_to_ready_s",
                  "restart_to_first_progress_s", "copy_s"):  # fmt: skip
-        res[f"{what}median_of"] = median_of(r.get(what) for r in done)
-        res[f"{what}range_of"] = range_of(r.get(what) for r in done)
+        res[f"{what}_median"] = median_of(r.get(what) for r in done)
+        res[f"{what}_range"] = range_of(r.get(what) for r in done)
     res["target_met"] = {}  # the issue names no figure to reach
     return finish(res, t0)
 

@@ -1,7 +1,7 @@
 """Spark's own Kafka connector (`format("kafka")`, spark-sql-kafka-0-10, what existing Spark
-jobs use) against Krill, unchanged: batch and streaming reads with Spark's options, batch
-writes, read_committed, offsets in a checkpoint, and a 3-node cluster read through a leader
-killed with -9."""
+jobs use) against Krill, unchanged: batch and streaming reads with Spark's options, batch and
+streaming writes, read_committed, offsets in a checkpoint, and a 3-node cluster read through
+a leader killed with -9."""
 
 from __future__ import annotations
 
@@ -93,6 +93,26 @@ def test_streaming_read_resumes_from_its_checkpoint(
     values = sorted(r.value for r in spark.read.parquet(out).collect())
     assert values == sorted([f"a{i}" for i in range(10)] + [f"b{i}" for i in range(5)]
                             + [f"c{i}" for i in range(7)])
+
+
+def test_streaming_write_into_krill(spark: Any, kafka: Kafka, reader_broker: BrokerProcess,
+                                    topic_name: str, tmp_path: Path) -> None:
+    kafka.create(topic_name, 2)
+    source = tmp_path / "source"
+    rows = [(f"key{i}", f"value{i}") for i in range(30)]
+    spark.createDataFrame(rows, "key string, value string").repartition(3).write.parquet(
+        str(source))
+    stream = spark.readStream.schema("key string, value string").parquet(str(source))
+    query = (stream.writeStream.format("kafka")
+             .option("kafka.bootstrap.servers", reader_broker.bootstrap)
+             .option("topic", topic_name)
+             .option("checkpointLocation", str(tmp_path / "checkpoint"))
+             .trigger(availableNow=True).start())
+    query.awaitTermination(120)
+    assert query.exception() is None, query.exception()
+
+    got = kafka_read(spark, reader_broker.bootstrap, topic_name)
+    assert sorted((bytes(r.key).decode(), bytes(r.value).decode()) for r in got) == sorted(rows)
 
 
 def test_read_committed_leaves_out_aborted_transactions(
