@@ -45,7 +45,8 @@ peers: setup
 
 bench-peers: peers
 	$(PY) -m bench.run --case vs_kafka_throughput --case vs_kafka_latency \
-		--case vs_kafka_cluster_latency --case vs_kafka_end_to_end --case vs_kafka_consume
+		--case vs_kafka_cluster_latency --case vs_kafka_end_to_end --case vs_kafka_consume \
+		--case vs_kafka_spark_source
 
 lint: setup
 	$(VENV)/bin/ruff check .
