@@ -118,6 +118,12 @@ def _krill_cluster(stack: ExitStack, args: argparse.Namespace) -> _Peer:
                  cluster.rss_mib, cluster.live_check())
 
 
+def _one_node_sides(stack: ExitStack, args: argparse.Namespace) -> list[_Peer]:
+    """Krill, Kafka with an fsync per batch, Kafka on the page cache, tansu: one node each."""
+    return [_krill(stack, args), _kafka(stack, args, nodes=1, fsync=True),
+            _kafka(stack, args, nodes=1, fsync=False), _tansu(stack, args)]
+
+
 def _abba(rounds: int, peers: list[_Peer]) -> Iterator[tuple[int, _Peer]]:
     for r in range(rounds):
         for peer in peers if r % 2 == 0 else reversed(peers):
@@ -152,8 +158,7 @@ def run_throughput(args: argparse.Namespace) -> dict[str, Any]:
     peers: list[_Peer] = []
     try:
         with ExitStack() as stack:
-            peers = [_krill(stack, args), _kafka(stack, args, nodes=1, fsync=True),
-                     _kafka(stack, args, nodes=1, fsync=False), _tansu(stack, args)]
+            peers = _one_node_sides(stack, args)
             res["sides"] = {p.name: p.side.res for p in peers}
             _warm(peers, value, args)
             for r, peer in _abba(rounds, peers):
@@ -283,9 +288,8 @@ def _summarise_latency(res: dict[str, Any], peers: list[_Peer]) -> None:
 
 def run_latency(args: argparse.Namespace) -> dict[str, Any]:
     rates = QUICK_RATES if args.quick else RATES
-    return _latency("vs_kafka_latency", args, rates, lambda stack: [
-        _krill(stack, args), _kafka(stack, args, nodes=1, fsync=True),
-        _kafka(stack, args, nodes=1, fsync=False), _tansu(stack, args)])
+    return _latency("vs_kafka_latency", args, rates,
+                    lambda stack: _one_node_sides(stack, args))
 
 
 def run_cluster_latency(args: argparse.Namespace) -> dict[str, Any]:
@@ -379,8 +383,7 @@ def run_end_to_end(args: argparse.Namespace) -> dict[str, Any]:
     peers: list[_Peer] = []
     try:
         with ExitStack() as stack:
-            peers = [_krill(stack, args), _kafka(stack, args, nodes=1, fsync=True),
-                     _kafka(stack, args, nodes=1, fsync=False), _tansu(stack, args)]
+            peers = _one_node_sides(stack, args)
             res["sides"] = {p.name: p.side.res for p in peers}
             _warm(peers, os.urandom(VALUE_BYTES), args)
             for r, peer in _abba(rounds, peers):

@@ -31,6 +31,7 @@ from typing import Any
 
 from bench.broker import free_port, log, tree_cpu_seconds, tree_rss_mib
 from bench.peers.fetch import KAFKA_VERSION, kafka_libs
+from bench.peers.process import Started, stop_group
 
 __all__ = ["KAFKA_VERSION", "KafkaCluster", "KafkaError", "kafka_java"]
 
@@ -92,7 +93,7 @@ class _Node:
         return f"127.0.0.1:{self.port}"
 
 
-class KafkaCluster:
+class KafkaCluster(Started):
     """`nodes` KRaft nodes, each broker and controller, started as one cluster; a context
     manager that stops every JVM and removes the temp dir, whatever happened."""
 
@@ -228,32 +229,10 @@ class KafkaCluster:
 
     def stop(self) -> None:
         live = [node.proc for node in self.nodes if node.proc is not None]
-        for proc in live:
+        for proc in live:  # every node's SIGTERM at once: they shut down together
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGTERM)
-        deadline = time.monotonic() + self.stop_timeout
         for proc in live:
-            try:
-                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                log(f"kafka pid {proc.pid} did not stop within {self.stop_timeout}s: SIGKILL")
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)  # anything left of its group
-            except ProcessLookupError:
-                pass
-            try:
-                proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                pass
+            stop_group(proc, self.stop_timeout)
         if not self.keep:
             shutil.rmtree(self.root, ignore_errors=True)
-
-    def __enter__(self) -> KafkaCluster:
-        try:
-            return self.start()
-        except BaseException:
-            self.stop()
-            raise
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()

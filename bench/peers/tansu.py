@@ -7,9 +7,7 @@ memory storage only (no fsync, no replication), on a free 127.0.0.1 port.
 
 from __future__ import annotations
 
-import os
 import shutil
-import signal
 import socket
 import subprocess
 import tempfile
@@ -19,11 +17,12 @@ from typing import Any
 
 from bench.broker import free_port, log, tree_cpu_seconds, tree_rss_mib
 from bench.peers.fetch import TANSU_WHEEL, tansu_binary
+from bench.peers.process import Started, stop_group
 
 __all__ = ["Tansu"]
 
 
-class Tansu:
+class Tansu(Started):
     def __init__(self, *, data_root: str | None = None, start_timeout: float = 30.0,
                  stop_timeout: float = 10.0) -> None:
         self.port = free_port()
@@ -89,28 +88,5 @@ class Tansu:
 
     def stop(self) -> None:
         if self.proc is not None:
-            if self.proc.poll() is None:
-                os.killpg(self.proc.pid, signal.SIGTERM)
-                try:
-                    self.proc.wait(timeout=self.stop_timeout)
-                except subprocess.TimeoutExpired:
-                    pass
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            try:
-                self.proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                pass
+            stop_group(self.proc, self.stop_timeout)
         shutil.rmtree(self.root, ignore_errors=True)
-
-    def __enter__(self) -> Tansu:
-        try:
-            return self.start()
-        except BaseException:
-            self.stop()
-            raise
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
