@@ -164,15 +164,22 @@ def test_log_dirs_describe_every_replica_and_its_size(node: BrokerProcess) -> No
     assert all(p["offsetLag"] == 0 and p["isFuture"] is False for p in log_dir["partitions"])
 
 
-def test_what_krill_does_not_offer_is_refused_by_name(node: BrokerProcess) -> None:
-    """ElectLeaders is not offered (ApiVersions does not list it; a cluster's leadership goes
-    back to each preferred replica by itself): the tool stops at once with Kafka's
-    UnsupportedVersionException naming the API."""
+def test_leader_election_finds_every_preferred_replica_leading(node: BrokerProcess) -> None:
+    """A node of its own is every partition's preferred replica: Kafka's answer for a
+    partition that needs no election (ELECTION_NOT_NEEDED), preferred or unclean."""
     bs = ["--bootstrap-server", node.bootstrap]
-    election = tool("kafka-leader-election", *bs, "--election-type", "preferred",
-                    "--all-topic-partitions", ok=False)
-    assert election.returncode == 1
-    assert "The node does not support ELECT_LEADERS" in election.stderr
+    tool("kafka-topics", *bs, "--create", "--topic", "led", "--partitions", "2")
+    preferred = tool("kafka-leader-election", *bs, "--election-type", "preferred",
+                     "--topic", "led", "--partition", "1").stdout
+    assert preferred.strip() == "Valid replica already elected for partitions led-1"
+    every = tool("kafka-leader-election", *bs, "--election-type", "unclean",
+                 "--all-topic-partitions").stdout
+    assert {"led-0", "led-1"} <= set(every.strip().split("partitions ")[1].split(", "))
+    unknown = tool("kafka-leader-election", *bs, "--election-type", "preferred", "--topic",
+                   "nope", "--partition", "0", ok=False)
+    assert unknown.returncode == 1
+    assert "nope-0: org.apache.kafka.common.errors.UnknownTopicOrPartitionException" in (
+        unknown.stdout)
 
 
 def test_topics_and_groups_on_a_cluster(cluster: Cluster) -> None:
@@ -195,3 +202,10 @@ def test_topics_and_groups_on_a_cluster(cluster: Cluster) -> None:
     lags = re.findall(r"cg\s+replicated\s+\d+\s+\d+\s+\d+\s+(\d+)",
                       tool("kafka-consumer-groups", *bs, "--describe", "--group", "cg").stdout)
     assert lags == ["0", "0", "0"]
+    # Each partition's leader is its preferred replica, or the election is refused by name.
+    election = tool("kafka-leader-election", *bs, "--election-type", "preferred", "--topic",
+                    "replicated", "--partition", "0", ok=False)
+    if election.returncode == 0:
+        assert "Valid replica already elected for partitions replicated-0" in election.stdout
+    else:
+        assert "PreferredLeaderNotAvailableException" in election.stdout, election
