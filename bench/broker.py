@@ -17,6 +17,7 @@ import threading
 import time
 from pathlib import Path
 
+from bench.peers.process import Started
 from scenarios.procs import process_tree
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -200,7 +201,7 @@ class BrokerError(RuntimeError):
     pass
 
 
-class Broker:
+class Broker(Started):
     """One ``krill start`` process on a free port with a temp data dir.
 
     Use as a context manager: the process is stopped (SIGTERM, then SIGKILL to the whole
@@ -388,13 +389,3 @@ class Broker:
         if self.tmp is not None and not self.keep:
             shutil.rmtree(self.tmp, ignore_errors=True)
             self.tmp = None
-
-    def __enter__(self) -> Broker:
-        try:
-            return self.start()
-        except BaseException:
-            self.stop()
-            raise
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()

@@ -45,9 +45,9 @@ def handle(ctx: Any, request: DescribeLogDirsRequest) -> None:
     data_dir = os.path.abspath(ctx.services.settings.data_dir)
 
     def done(results: list[Any]) -> None:
-        volume = results[-1]
+        *infos, volume = results
         topics: dict[str, list[Any]] = {}
-        for (topic, index, _), info in zip(here, results, strict=False):
+        for (topic, index, _), info in zip(here, infos, strict=True):
             if not isinstance(info, dict) or "size_bytes" not in info:
                 continue  # not answered: starting, offline, or gone meanwhile
             lag = max(0, info["next_offset"] - info["high_watermark"])

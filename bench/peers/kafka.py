@@ -21,7 +21,6 @@ import base64
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -31,7 +30,7 @@ from typing import Any
 
 from bench.broker import free_port, log, tree_cpu_seconds, tree_rss_mib
 from bench.peers.fetch import KAFKA_VERSION, kafka_libs
-from bench.peers.process import Started, stop_group
+from bench.peers.process import Started, stop_group, wait_listening
 
 __all__ = ["KAFKA_VERSION", "KafkaCluster", "KafkaError", "kafka_java"]
 
@@ -178,17 +177,9 @@ class KafkaCluster(Started):
 
         deadline = time.monotonic() + self.start_timeout
         for node in self.nodes:
-            while True:
-                self.check()
-                try:
-                    with socket.create_connection(("127.0.0.1", node.port), timeout=0.5):
-                        break
-                except OSError:
-                    pass
-                if time.monotonic() > deadline:
-                    raise KafkaError(f"kafka node {node.node_id} did not listen in time; "
-                                     f"{self.log_tail(node)}")
-                time.sleep(0.1)
+            if not wait_listening(node.port, deadline, self.check):
+                raise KafkaError(f"kafka node {node.node_id} did not listen in time; "
+                                 f"{self.log_tail(node)}")
         admin = AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 3})
         while True:
             self.check()

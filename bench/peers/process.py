@@ -6,10 +6,29 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
+import time
+from collections.abc import Callable
 from typing import Self
 
-__all__ = ["Started", "stop_group"]
+__all__ = ["Started", "stop_group", "wait_listening"]
+
+_LISTEN_POLL_S = 0.05
+
+
+def wait_listening(port: int, deadline: float, check: Callable[[], None]) -> bool:
+    """Until 127.0.0.1:`port` accepts a connection (True) or `deadline` (monotonic) passes
+    (False); `check()` raises if the process died meanwhile."""
+    while True:
+        check()
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return True
+        except OSError:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(_LISTEN_POLL_S)
 
 
 def stop_group(proc: subprocess.Popen[bytes], timeout: float) -> None:

@@ -8,7 +8,6 @@ memory storage only (no fsync, no replication), on a free 127.0.0.1 port.
 from __future__ import annotations
 
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -17,7 +16,7 @@ from typing import Any
 
 from bench.broker import free_port, log, tree_cpu_seconds, tree_rss_mib
 from bench.peers.fetch import TANSU_WHEEL, tansu_binary
-from bench.peers.process import Started, stop_group
+from bench.peers.process import Started, stop_group, wait_listening
 
 __all__ = ["Tansu"]
 
@@ -52,16 +51,8 @@ class Tansu(Started):
         with open(self.log_path, "wb") as out:
             self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out,
                                          stderr=subprocess.STDOUT, start_new_session=True)
-        deadline = time.monotonic() + self.start_timeout
-        while True:
-            self.check()
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
-                    break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"tansu did not listen in time: {self.log_tail()}") from None
-                time.sleep(0.05)
+        if not wait_listening(self.port, time.monotonic() + self.start_timeout, self.check):
+            raise RuntimeError(f"tansu did not listen in time: {self.log_tail()}")
         log(f"tansu ready on {self.bootstrap}, pid {self.pid}")
         return self
 

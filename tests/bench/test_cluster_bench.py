@@ -5,7 +5,6 @@ figures and its targets' verdicts in the line."""
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 import pytest
@@ -19,18 +18,9 @@ from bench.cluster import (
     run_cluster_vs_single,
 )
 from bench.run import ALL_CASES
+from tests.bench.case_args import case_args
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
-
-
-def _args(tmp_path: Path, **more: object) -> argparse.Namespace:
-    base = {
-        "quick": True, "smp": 1, "krill": None, "data_root": str(tmp_path), "keep": False,
-        "phase_timeout": 60.0, "stall_timeout": 30.0, "rounds": 0, "messages": 0,
-        "fixed_seconds": 0.0,
-    }  # fmt: skip
-    base.update(more)
-    return argparse.Namespace(**base)
 
 
 def test_the_cases_are_registered_with_the_bench() -> None:
@@ -38,7 +28,7 @@ def test_the_cases_are_registered_with_the_bench() -> None:
 
 
 def test_cluster_beside_single_node_in_abba_rounds(tmp_path: Path) -> None:
-    res = run_cluster_vs_single(_args(tmp_path, rounds=2, messages=2_000, fixed_seconds=0.3))
+    res = run_cluster_vs_single(case_args(tmp_path, rounds=2, messages=2_000, fixed_seconds=0.3))
 
     assert res["error"] is None, res["error"]
     single, cluster = res["single"], res["cluster"]
@@ -56,7 +46,7 @@ def test_cluster_beside_single_node_in_abba_rounds(tmp_path: Path) -> None:
 
 
 def test_failover_after_kill_and_after_sigterm(tmp_path: Path) -> None:
-    res = run_cluster_failover(_args(tmp_path))
+    res = run_cluster_failover(case_args(tmp_path))
 
     assert res["error"] is None, res["error"]
     assert [t["kind"] for t in res["trials"]] == list(FAILOVER_KINDS)
@@ -75,7 +65,7 @@ def test_failover_after_kill_and_after_sigterm(tmp_path: Path) -> None:
 
 
 def test_a_restarted_follower_catches_up(tmp_path: Path) -> None:
-    res = run_cluster_catch_up(_args(tmp_path, messages=3_000))
+    res = run_cluster_catch_up(case_args(tmp_path, messages=3_000))
 
     assert res["error"] is None, res["error"]
     (only,) = res["round_results"]
@@ -87,7 +77,7 @@ def test_a_restarted_follower_catches_up(tmp_path: Path) -> None:
 
 
 def test_an_idle_cluster_s_cpu_per_node(tmp_path: Path) -> None:
-    res = run_cluster_idle_heartbeats(_args(tmp_path), partitions=30, seconds=1.0)
+    res = run_cluster_idle_heartbeats(case_args(tmp_path), partitions=30, seconds=1.0)
 
     assert res["error"] is None, res["error"]
     assert sum(res["leaders_by_node"].values()) == 30

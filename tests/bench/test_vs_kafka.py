@@ -5,7 +5,6 @@ verdicts in the line, and leave no process or directory behind."""
 
 from __future__ import annotations
 
-import argparse
 import json
 import subprocess
 import sys
@@ -24,18 +23,9 @@ from bench.vs_kafka import (
     run_latency,
     run_throughput,
 )
+from tests.bench.case_args import case_args
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
-
-
-def _args(tmp_path: Path, **more: object) -> argparse.Namespace:
-    base = {
-        "quick": True, "smp": 1, "krill": None, "data_root": str(tmp_path), "keep": False,
-        "phase_timeout": 60.0, "stall_timeout": 30.0, "rounds": 0, "messages": 0,
-        "fixed_seconds": 0.0,
-    }  # fmt: skip
-    base.update(more)
-    return argparse.Namespace(**base)
 
 
 def test_the_cases_are_registered_with_the_bench() -> None:
@@ -50,7 +40,7 @@ def test_the_peers_are_fetched_into_the_cache() -> None:
 
 
 def test_throughput_beside_kafka_and_tansu(tmp_path: Path) -> None:
-    res = run_throughput(_args(tmp_path, rounds=2, messages=2_000))
+    res = run_throughput(case_args(tmp_path, rounds=2, messages=2_000))
 
     assert res["error"] is None, res["error"]
     assert set(res["sides"]) == {"krill", "kafka_fsync", "kafka_page_cache", "tansu"}
@@ -70,7 +60,7 @@ def test_throughput_beside_kafka_and_tansu(tmp_path: Path) -> None:
 def test_latency_at_fixed_rates_beside_kafka(tmp_path: Path,
                                             monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(vs_kafka, "QUICK_RATES", (5_000,))
-    res = run_latency(_args(tmp_path, fixed_seconds=0.5))
+    res = run_latency(case_args(tmp_path, fixed_seconds=0.5))
 
     assert res["error"] is None, res["error"]
     for name, side in res["sides"].items():
@@ -82,7 +72,7 @@ def test_latency_at_fixed_rates_beside_kafka(tmp_path: Path,
 
 
 def test_latency_of_three_nodes_beside_a_kafka_cluster(tmp_path: Path) -> None:
-    res = run_cluster_latency(_args(tmp_path, fixed_seconds=0.5))
+    res = run_cluster_latency(case_args(tmp_path, fixed_seconds=0.5))
 
     assert res["error"] is None, res["error"]
     assert set(res["sides"]) == {"krill", "kafka_fsync"}
@@ -92,7 +82,7 @@ def test_latency_of_three_nodes_beside_a_kafka_cluster(tmp_path: Path) -> None:
 
 
 def test_end_to_end_latency_beside_kafka_and_tansu(tmp_path: Path) -> None:
-    res = run_end_to_end(_args(tmp_path, fixed_seconds=0.5))
+    res = run_end_to_end(case_args(tmp_path, fixed_seconds=0.5))
 
     assert res["error"] is None, res["error"]
     for side in res["sides"].values():
@@ -103,7 +93,7 @@ def test_end_to_end_latency_beside_kafka_and_tansu(tmp_path: Path) -> None:
 
 
 def test_consume_cold_and_warm_beside_kafka_and_tansu(tmp_path: Path) -> None:
-    res = run_consume(_args(tmp_path, messages=6_000))
+    res = run_consume(case_args(tmp_path, messages=6_000))
 
     assert res["error"] is None, res["error"]
     for name, side in res["sides"].items():
