@@ -47,7 +47,7 @@ from typing import Any, NamedTuple
 
 from actors.log_lifecycle import LogLifecycle
 from actors.partition_flush import FlushDone, Flushes, Synced
-from actors.partition_held import WAIT_FOR_STATE, HeldMessages
+from actors.partition_held import WAIT_FOR_STATE, WAIT_FOR_TERM, HeldMessages
 from actors.partition_messages import (
     Delete,
     DeleteRecords,
@@ -261,17 +261,20 @@ class Partition(LoopActor):
         handler = self._handlers.get(type(message))
         if handler is None:
             return super().on_receive(message)
-        if type(message) in WAIT_FOR_STATE and self._waiting():
+        if type(message) in WAIT_FOR_STATE and self._waiting(message):
             self._held.hold(message, self._offline)
             return None
         return handler(message)
 
     # Messages held while the log is not ready to answer ------------------------------------
 
-    def _waiting(self) -> bool:
-        """Whether client messages wait: the partition starts, rebuilds its producer state,
-        has held messages still to handle (they go first), or is offline."""
-        return not self._serving() or bool(self._held) or self._offline
+    def _waiting(self, message: Any) -> bool:
+        """Whether a client message waits: the partition starts, rebuilds its producer state
+        or is offline; a write waits too while this new leader settles its term, and behind
+        the messages held before it (a producer's batches keep their order)."""
+        if type(message) in WAIT_FOR_TERM and self._held:
+            return True
+        return self._offline or not self._ready_for(message)
 
     def _handle(self, message: Any) -> None:
         self._handlers[type(message)](message)
@@ -279,10 +282,23 @@ class Partition(LoopActor):
     def _serving(self) -> bool:
         return not self._starting and not self._producer_state.rebuilding
 
+    def _ready_for(self, message: Any) -> bool:
+        if not self._serving():
+            return False
+        replication = self._replication
+        return (type(message) not in WAIT_FOR_TERM or replication is None
+                or not replication.settling())
+
+    def retry_held(self) -> None:
+        """Writes held for a new leader's no-op to commit look again (settled now, or
+        refused: it no longer leads), after this turn: a window step may be under way."""
+        if self._held and self._serving():
+            self.actor_ref.tell(_ReleaseHeld())
+
     def _release_held(self, _m: _ReleaseHeld | None = None) -> None:
         """Handle held messages in order, a turn's share at a time (the rest behind a
         `_ReleaseHeld` to itself, so other actors get the loop meanwhile)."""
-        if self._held.release(self._handle, self._serving, lambda: self._offline):
+        if self._held.release(self._handle, self._ready_for, lambda: self._offline):
             self.actor_ref.tell(_ReleaseHeld())
 
     def _log_config(self) -> LogConfig:
@@ -337,6 +353,7 @@ class Partition(LoopActor):
         that does not lead has nothing to publish: reads go to it and are refused."""
         assert self._log is not None
         self._txns.committed(self.high_watermark)  # every replica's: markers below are final
+        self.retry_held()
         if not self._leading:
             self._withdraw()
             return

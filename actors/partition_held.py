@@ -7,6 +7,15 @@ log or its producer state (`WAIT_FOR_STATE`) wait here in order, at most
 handled once it serves again, a turn's share (`inbox_drain_messages_max`) at a time, so the
 other actors of the loop go on meanwhile. A partition gone offline (its producer state cannot
 be known) refuses them KAFKA_STORAGE_ERROR.
+
+A replicated partition that has just been elected holds its writes (`WAIT_FOR_TERM`) the same
+way until an entry of its own term, its no-op, has committed (actors/partition_replication.py,
+`settling`); its reads go on. Until then a batch of an earlier term that this leader lacks
+may yet be elected back by a later leader. A sequence check answered against this log
+(OUT_OF_ORDER_SEQUENCE_NUMBER for a batch whose predecessor it lacks) makes librdkafka bump
+the producer epoch and send the predecessor again under new sequences, and it was stored
+twice once a later leader kept the first copy (issue #28's CI run). Once the no-op commits,
+no log can hold anything else below it.
 """
 
 from __future__ import annotations
@@ -30,11 +39,14 @@ from actors.partition_messages import (
 from actors.partition_reads import Warmed
 from wire.errors import ErrorCode
 
-__all__ = ["WAIT_FOR_STATE", "HeldMessages", "refuse_held"]
+__all__ = ["WAIT_FOR_STATE", "WAIT_FOR_TERM", "HeldMessages", "refuse_held"]
 
 # What waits while the partition starts or rebuilds its producer state.
 WAIT_FOR_STATE = frozenset({Produce, Read, ListOffset, EpochEndOffset, PartitionInfo,
                             DeleteRecords, WriteTxnMarker, TransferLeadership, Warmed})
+# What a new leader holds until an entry of its term has committed: the writes it checks
+# against its producer state (module docstring).
+WAIT_FOR_TERM = frozenset({Produce, WriteTxnMarker})
 
 
 def refuse_held(message: Any, error: ErrorCode) -> None:
@@ -57,12 +69,13 @@ class HeldMessages:
         else:
             self._queue.append(message)
 
-    def release(self, handle: Callable[[Any], None], serving: Callable[[], bool],
+    def release(self, handle: Callable[[Any], None], ready: Callable[[Any], bool],
                 offline: Callable[[], bool]) -> bool:
-        """Handle held messages in order while the partition is `serving`, a turn's share;
-        whether any are left for the next turn."""
+        """Handle held messages in order while the partition is `ready` for the first, a
+        turn's share; whether any are left for the next turn (False when the first must wait
+        on: the partition says when to try again)."""
         for _ in range(limits.inbox_drain_messages_max):
-            if not self._queue or not serving():
+            if not self._queue or not ready(self._queue[0]):
                 return False
             message = self._queue.popleft()
             if offline():

@@ -32,7 +32,10 @@ original offset if they did (producer state is kept on every replica, rebuilt af
 
 A new leader's high watermark may start behind its predecessor's, so until it has committed
 every entry its log held when it was elected (its no-op, or nothing), ListOffsets latest is
-answered OFFSET_NOT_AVAILABLE (KIP-207) rather than an offset that goes backwards.
+answered OFFSET_NOT_AVAILABLE (KIP-207) rather than an offset that goes backwards. Until an
+entry of its own term has committed (`settling`: its no-op, placed at its first write if its
+election placed none) it holds its produces and transaction markers: their sequence and epoch
+checks need a log that no later leader can contradict (actors/partition_held.py).
 
 A group is named by its `GroupKey` (topic, index, topic id) wherever it crosses time or nodes:
 Raft messages, ticks, leader reports, and its term and vote in the shard's table. Two
@@ -176,6 +179,7 @@ class ReplicationHost(Protocol):
     def log_rewritten(self) -> None: ...
     def follow_log_start(self, offset: int) -> None: ...
     def role_changed(self, leading: bool, term: int, was_leading: bool) -> None: ...
+    def retry_held(self) -> None: ...
 
 
 class AckWindowHost(Protocol):
@@ -200,6 +204,7 @@ class Replication:
         self.group = group_name(self.key)
         self.replica: Replica | None = None
         self._ready_at = 0  # a leader's log end when elected (KIP-207, module docstring)
+        self._settled_term = -1  # the last term in which this leader committed an entry
         self._commit_target = 0  # the high watermark Raft gave, maybe past what is written
         self._ticks = 0
         # DeleteRecords waiting for the followers' log starts: (offset, deadline ms, reply).
@@ -248,6 +253,10 @@ class Replication:
         if replica is None or replica.closed:
             return
         replica.tick(self.raft.lost)
+        if self._settled_term != self.machine.term and self.is_leader():
+            # Writes held while settling look again: a transfer that kept the no-op out
+            # may have been given up, leaving nothing else to wake them.
+            self.partition.retry_held()
         self._answer_start_waiters()
         self._observe_isr()
         self._ticks += 1
@@ -330,6 +339,27 @@ class Replication:
     def leader_ready(self) -> bool:
         """Whether this leader's high watermark has caught up with its election (KIP-207)."""
         return self.partition.high_watermark >= self._ready_at
+
+    def settling(self) -> bool:
+        """Whether this replica leads and has yet to commit an entry of its term, so that its
+        writes wait (actors/partition_held.py says why). A leader whose election placed no
+        no-op (its log ended at its known commit: actors/raft/machine.py) places one now: its
+        first write waits for it, and a quiet partition's leadership moves add no batch."""
+        if not self.is_leader():
+            return False
+        machine = self.machine
+        if self._settled_term == machine.term or machine.term <= 1:
+            return False  # (in term 1 nobody led before: no replica holds what it lacks)
+        start, term = machine.log.last_run()
+        if term != machine.term:
+            assert self.replica is not None
+            if not self.replica.propose_no_op():
+                return True  # a transfer under way; if given up, a tick looks again
+            start = machine.log.last_run()[0]
+        if self.partition.high_watermark <= start:
+            return True
+        self._settled_term = machine.term
+        return False
 
     def flushed(self, offset: int, term: int | None) -> None:
         if term is not None and self.replica is not None and not self.replica.closed:

@@ -274,6 +274,15 @@ class Replica:
             self._soon()
         return proposed
 
+    def propose_no_op(self) -> bool:
+        """The leader places a no-op (a LEADER_CHANGE batch, written when the machine's
+        Ready comes) where its election placed none; whether it did (not while a transfer
+        is under way)."""
+        proposed = self.machine.propose(1, LEADER_CHANGE)
+        if proposed is not None:
+            self._soon()
+        return proposed is not None
+
     def flushed(self, offset: int, term: int) -> None:
         self.machine.flushed(offset, term)
         self._soon()

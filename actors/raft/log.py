@@ -79,6 +79,10 @@ class LogView:
         mine = self._terms[-1]
         return last_term > mine or (last_term == mine and last_offset >= self.last_offset)
 
+    def last_run(self) -> tuple[int, int]:
+        """(start offset, term) of the log's last term."""
+        return self._starts[-1], self._terms[-1]
+
     def runs(self) -> list[tuple[int, int]]:
         """(start offset, term) of each term in the log, the first covering log_start - 1."""
         return list(zip(self._starts, self._terms, strict=True))

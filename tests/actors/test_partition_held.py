@@ -35,9 +35,9 @@ def test_held_messages_are_handled_in_order_once_serving() -> None:
     for message in messages:
         held.hold(message, offline=False)
     assert held
-    assert not held.release(handled.append, serving=lambda: False, offline=lambda: False)
+    assert not held.release(handled.append, ready=lambda _m: False, offline=lambda: False)
     assert handled == [] and held
-    assert not held.release(handled.append, serving=lambda: True, offline=lambda: False)
+    assert not held.release(handled.append, ready=lambda _m: True, offline=lambda: False)
     assert handled == messages and not held and answers == []
 
 
@@ -47,10 +47,10 @@ def test_a_turn_handles_its_share_and_says_the_rest_waits(monkeypatch: pytest.Mo
     held, handled = HeldMessages(), []
     for _ in range(5):
         held.hold(info([]), offline=False)
-    assert held.release(handled.append, lambda: True, lambda: False)
+    assert held.release(handled.append, lambda _m: True, lambda: False)
     assert len(handled) == 2
-    assert held.release(handled.append, lambda: True, lambda: False)
-    assert not held.release(handled.append, lambda: True, lambda: False)
+    assert held.release(handled.append, lambda _m: True, lambda: False)
+    assert not held.release(handled.append, lambda _m: True, lambda: False)
     assert len(handled) == 5
 
 
@@ -68,7 +68,7 @@ def test_offline_refuses_what_comes_and_what_was_held() -> None:
                       on_dispatched=lambda: dispatched.append(1)), offline=False)
     held.hold(info(answers), offline=True)  # refused at once
     assert answers == [{"error": int(ErrorCode.KAFKA_STORAGE_ERROR)}]
-    assert not held.release(handled.append, lambda: True, offline=lambda: True)
+    assert not held.release(handled.append, lambda _m: True, offline=lambda: True)
     assert handled == [] and dispatched == [1]  # the produce's bytes are given back
     assert answers[1] == ProduceResult(ErrorCode.KAFKA_STORAGE_ERROR)
 

@@ -42,7 +42,8 @@ ASKS_MAX = 2000  # PartitionInfo asks while a follower's high watermark catches 
 
 class Net:
     """The replicas' links: messages go from one actor's loop turn to the next, dropped to
-    and from a replica that is down, kept from one that is held until it is released."""
+    and from a replica that is down or when `drops` says so, kept from one that is held
+    until it is released."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
@@ -53,6 +54,7 @@ class Net:
         self.isr: dict[Address, tuple[Address, ...]] = {}  # a leader's last report
         self.down: set[Address] = set()
         self.held: set[Address] = set()
+        self.drops: Callable[[Address, Message], bool] = lambda _sender, _m: False
         self._holding: list[tuple[Address, list[Message]]] = []
         self._timer = loop.call_later(TICK_S, self._tick)
 
@@ -71,7 +73,8 @@ class Net:
             return
         for m in messages:
             to = m.to
-            if sender in self.down or to in self.down or to not in self.refs:
+            if (sender in self.down or to in self.down or to not in self.refs
+                    or self.drops(sender, m)):
                 continue
             self.refs[to].tell(RaftReceive([m]))  # type: ignore[index]
 
