@@ -30,6 +30,7 @@ from actors import limits
 from actors.handlers import HANDLERS, Handler, unsupported_api_versions_response
 from actors.runtime import LoopActor, current_loop
 from actors.services import Services
+from actors.trace import ProduceTrace, sampled
 from wire.errors import DecodeError
 from wire.frame import FrameReader
 from wire.messages import request_header_version, response_header_version
@@ -42,6 +43,7 @@ log = logging.getLogger(__name__)
 
 _API_KEY_AND_VERSION = struct.Struct(">hhi")
 _API_VERSIONS_KEY = 18
+_PRODUCE_KEY = 0
 # sendmsg takes at most this many buffers per call (IOV_MAX is 1024 on Linux).
 _IOV_MAX = 512
 
@@ -51,13 +53,15 @@ class _Slot:
 
     __slots__ = (
         "correlation_id", "api_key", "version", "charged_bytes", "response", "done", "abort",
-        "started",
+        "started", "trace",
     )
 
     def __init__(
-        self, correlation_id: int, api_key: int, version: int, charged_bytes: int = 0
+        self, correlation_id: int, api_key: int, version: int, charged_bytes: int = 0,
+        trace: ProduceTrace | None = None,
     ) -> None:
         self.started = time.monotonic()  # request latency: from dispatch to answer
+        self.trace = trace  # a sampled produce's stage times (actors/trace.py)
         self.correlation_id = correlation_id
         self.api_key = api_key
         self.version = version
@@ -73,7 +77,8 @@ class RequestContext:
     """What a handler sees of the request it serves, and how it answers."""
 
     __slots__ = (
-        "connection", "services", "api_key", "version", "client_id", "frame_buffer", "_slot"
+        "connection", "services", "api_key", "version", "client_id", "frame_buffer", "_slot",
+        "trace",
     )
 
     @property
@@ -95,6 +100,7 @@ class RequestContext:
         client_id: str | None,
         slot: _Slot | None,
         frame_buffer: Any = None,
+        trace: ProduceTrace | None = None,
     ) -> None:
         self.connection = connection
         self.services = services
@@ -106,6 +112,7 @@ class RequestContext:
         # once done with them (produce: at each partition's phase one).
         self.frame_buffer = frame_buffer
         self._slot = slot
+        self.trace = trace  # this produce request is sampled (actors/trace.py)
 
     def on_abort(self, abort: Any) -> None:
         """Call `abort()` if the connection closes before this request is answered."""
@@ -142,6 +149,7 @@ class Connection(LoopActor):
         self._writing = False
         self._waiting_for_memory = False
         self._closed = False
+        self._trace_every = services.settings.trace_produce_every
 
     def __str__(self) -> str:
         return f"Connection({self._peer})"
@@ -252,24 +260,26 @@ class Connection(LoopActor):
             self.close("bad frame")
             return
         lent = self._frames.take_buffer()  # a large produce frame's arena region, if any
+        read_at = ProduceTrace.now() if self._trace_every else 0.0
         for frame in frames:
             if self._closed:
                 if lent is not None:
                     lent.release()
                 return
-            self._handle_frame(frame, lent)
+            self._handle_frame(frame, lent, read_at)
         if not self._can_read() or self._services.memory.over():
             self._pause_reading()
             self._resume_reading()  # waits for memory if that is what is short
 
-    def _handle_frame(self, frame: bytearray | memoryview, lent: Any = None) -> None:
+    def _handle_frame(self, frame: bytearray | memoryview, lent: Any = None,
+                      read_at: float = 0.0) -> None:
         try:
-            self._dispatch_frame(frame, lent)
+            self._dispatch_frame(frame, lent, read_at)
         finally:
             if lent is not None:
                 lent.release()  # handlers that keep the bytes retained it
 
-    def _dispatch_frame(self, frame: bytearray | memoryview, lent: Any) -> None:
+    def _dispatch_frame(self, frame: bytearray | memoryview, lent: Any, read_at: float) -> None:
         try:
             api_key, version, correlation_id = _API_KEY_AND_VERSION.unpack_from(frame)
         except struct.error:
@@ -292,13 +302,17 @@ class Connection(LoopActor):
             log.warning("%s: %s v%d does not decode: %s", self, handler.NAME, version, e)
             self.close("malformed request")
             return
+        trace = None
+        if api_key == _PRODUCE_KEY and self._trace_every and sampled(self._trace_every):
+            trace = ProduceTrace(read_at)
+            trace.decoded = trace.now()
         slot = None
         if handler.expects_response(request):
-            slot = _Slot(correlation_id, api_key, version, len(frame))
+            slot = _Slot(correlation_id, api_key, version, len(frame), trace)
             self._services.memory.acquire(len(frame))
             self._pending.append(slot)
         context = RequestContext(
-            self, self._services, api_key, version, header.client_id, slot, lent
+            self, self._services, api_key, version, header.client_id, slot, lent, trace
         )
         try:
             handler.handle(context, request)
@@ -334,11 +348,18 @@ class Connection(LoopActor):
         if pending[0] is not slot:
             return
         memory = self._services.memory
+        traced = None
         while pending and pending[0].done:
             done = pending.popleft()
             self._encode(done)
             memory.release(done.charged_bytes)
+            if done.trace is not None:
+                traced = [*(traced or ()), done.trace]
         self._send()
+        if traced is not None:
+            stages = None if metrics is None else metrics.produce_stages
+            for trace in traced:
+                trace.finish(stages)
         if self._can_read():
             self._resume_reading()
 

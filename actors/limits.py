@@ -103,3 +103,6 @@ replica_held_messages_max = 1024
 # lagging just under the limit may leave the ISR up to one such span (~2 s of Kafka's 30 s)
 # early, never late.
 isr_end_samples_max = 16
+# While produces are traced (actors/trace.py), each partition keeps this many of its last
+# flushes' times, to stamp a traced produce with the flush that covered it.
+traced_flushes_kept = 16

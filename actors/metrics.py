@@ -26,7 +26,9 @@ __all__ = [
     "LifecycleCounts",
     "LATENCY_BUCKETS_S",
     "PartitionStats",
+    "PRODUCE_STAGES",
     "ShardMetrics",
+    "STAGE_BUCKETS_S",
 ]
 
 # Request and fdatasync latency, seconds: 100 µs to 10 s, about 2.5 per decade.
@@ -36,6 +38,13 @@ LATENCY_BUCKETS_S = (
 )
 # Bytes one fdatasync made durable: 1 KiB to 64 MiB, by fours.
 FLUSH_BYTES_BUCKETS = tuple(float(1024 * 4**i) for i in range(9))
+# A traced produce's stages (actors/trace.py), and their buckets: finer at the low end than
+# the request latencies, a stage often takes tens of microseconds.
+PRODUCE_STAGES = ("decode", "route", "append", "flush_wait", "flush", "replicate", "answer")
+STAGE_BUCKETS_S = (
+    0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
+    0.05, 0.1, 0.25, 0.5, 1.0,
+)
 
 
 class Histogram:
@@ -103,6 +112,8 @@ class ShardMetrics:
         self.fdatasync_errors = 0  # flushes that failed (their logs cut back, acks refused)
         self.write_errors = 0  # segment writes that failed (ENOSPC, EIO), undone
         self.lifecycle = LifecycleCounts()  # retention and compaction (actors/log_lifecycle.py)
+        # Traced produces (trace_produce_every, actors/trace.py), by stage.
+        self.produce_stages = {stage: Histogram(STAGE_BUCKETS_S) for stage in PRODUCE_STAGES}
         self._collectors: dict[str, Callable[[], Any]] = {}
 
     def request(self, api_key: int, seconds: float) -> None:
@@ -144,5 +155,6 @@ class ShardMetrics:
             "fdatasync_errors": self.fdatasync_errors,
             "write_errors": self.write_errors,
             "lifecycle": self.lifecycle.snapshot(),
+            "produce_stages": {stage: h.snapshot() for stage, h in self.produce_stages.items()},
             **{name: collect() for name, collect in self._collectors.items()},
         }

@@ -41,6 +41,7 @@ describes.
 
 from __future__ import annotations
 
+import collections
 import logging
 import time
 from collections.abc import Callable
@@ -52,6 +53,7 @@ from actors import limits
 from actors.ack_window import Acks, AckWindow, CommitSource, Step
 from actors.partition_messages import ProduceResult
 from actors.services import Services
+from actors.trace import ProduceTrace
 from storage import DiskLog, FlushTicket
 from wire.errors import ErrorCode
 
@@ -65,6 +67,7 @@ class Waiter(NamedTuple):
 
     reply: Callable[[ProduceResult], None]
     result: ProduceResult
+    trace: ProduceTrace | None = None  # a sampled request's (actors/trace.py)
 
 
 class FlushDone(NamedTuple):
@@ -120,6 +123,11 @@ class Flushes:
         self._failures = 0  # failed flushes in a row (one log line per run of them)
         self._term: int | None = None  # the term of the last batch the flush out covers
         self._recovery_sync: FlushTicket | None = None
+        # While produces are traced (actors/trace.py): the last flushes, [offset covered up
+        # to, when handed to the pool, when back], for a traced produce's flush stamps.
+        self._recent_flushes: collections.deque[list[float]] | None = None
+        if host.services.settings.trace_produce_every:
+            self._recent_flushes = collections.deque(maxlen=limits.traced_flushes_kept)
 
     def __str__(self) -> str:
         return self._name
@@ -155,11 +163,22 @@ class Flushes:
         if step.high_watermark is not None:
             self._host.publish()
         for waiter in step.acked:
+            if waiter.trace is not None:
+                self._stamp(waiter.trace)
             waiter.reply(waiter.result)
         for waiter in step.failed:  # their offsets were cut: never acknowledge them
             waiter.reply(ProduceResult(ErrorCode.KAFKA_STORAGE_ERROR))
         if step.start_flush:
             self.start_flush()
+
+    def _stamp(self, trace: ProduceTrace) -> None:
+        """A traced produce is answered: its flush's times, from the first flush that
+        covered its last offset (none under write caching), and now."""
+        for covered, started, back in self._recent_flushes or ():
+            if covered > trace.last_offset:
+                trace.flush_started, trace.flushed = started, back
+                break
+        trace.committed = trace.now()
 
     def fail_waiters(self, error: ErrorCode) -> None:
         for waiter in self.window.fail_all():
@@ -210,6 +229,8 @@ class Flushes:
         assert ticket is not None and ticket.offset == covers, (ticket, self.window)
         flushed_bytes, self._unflushed_bytes = self._unflushed_bytes, 0
         self._term = log_.term_at(ticket.offset - 1)
+        if self._recent_flushes is not None:
+            self._recent_flushes.append([ticket.offset, ProduceTrace.now(), 0.0])
 
         def timed() -> float:
             started = time.monotonic()
@@ -224,6 +245,8 @@ class Flushes:
         self, ticket: Any, error: BaseException | None, seconds: float, flushed_bytes: int
     ) -> None:
         """On the loop thread, as the I/O pool hands the flush back."""
+        if self._recent_flushes:
+            self._recent_flushes[-1][2] = ProduceTrace.now()  # one flush out at a time
         metrics = self._host.services.metrics
         if metrics is not None and error is None:
             metrics.fdatasync_latency.observe(seconds)

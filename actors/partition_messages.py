@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from actors.topic_config import TopicSettings
+from actors.trace import ProduceTrace
 from storage import FileSlice
 from wire.errors import ErrorCode
 from wire.record_batch import BatchHeader
@@ -83,6 +84,7 @@ class Produce(NamedTuple):
     # sequence (Kafka's AppendOrigin.COORDINATOR), checked for the epoch only. Never crosses
     # shards (a coordinator appends only to partitions it leads on its shard).
     from_coordinator: bool = False
+    trace: ProduceTrace | None = None  # a sampled request's stage times (actors/trace.py)
 
 
 class FetchBudget:

@@ -110,6 +110,8 @@ class Appends:
                 m.on_dispatched()
 
     def _append(self, m: Produce) -> None:
+        if m.trace is not None:
+            m.trace.at_partition = m.trace.now()
         host = self._host
         refused = host.write_refused()
         if refused is not None:
@@ -178,7 +180,9 @@ class Appends:
         produced = ProduceResult(
             ErrorCode.NONE, result.base_offset, append_time, log_.log_start_offset
         )
-        waiter = None if m.reply is None else Waiter(m.reply, produced)
+        waiter = None if m.reply is None else Waiter(m.reply, produced, m.trace)
+        if m.trace is not None:
+            m.trace.appended, m.trace.last_offset = m.trace.now(), result.last_offset
         self._flushes.appended(result.last_offset, size, waiter, acks_of(m.acks))
 
     def _append_failed(self, m: Produce, failure: AppendFailed) -> None:
@@ -222,9 +226,11 @@ class Appends:
                 result = ProduceResult(ErrorCode.NONE, batch.first_offset, -1,
                                        log_.log_start_offset)
                 if m.reply is not None:
+                    if m.trace is not None:
+                        m.trace.last_offset = batch.last_offset
                     flushes = self._flushes
                     flushes.carry_out(flushes.window.wait(batch.last_offset,
-                                                          Waiter(m.reply, result),
+                                                          Waiter(m.reply, result, m.trace),
                                                           acks_of(m.acks)))
                 return True
         return False

@@ -49,6 +49,7 @@ class BrokerSettings:
     transaction_max_timeout_ms: int = 900_000  # Kafka's transaction.max.timeout.ms
     transactional_id_expiration_ms: int = 7 * 24 * 3600 * 1000  # idle ids are forgotten
     replica_lag_time_max_ms: int = 30_000  # a follower this long behind leaves the ISR
+    trace_produce_every: int = 0  # one produce request in this many traced (actors/trace.py)
 
 
 @dataclass(frozen=True, slots=True)

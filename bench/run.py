@@ -41,10 +41,12 @@ CLUSTER_CASES = [
 # bench/vs_kafka.py: Krill beside Apache Kafka (fsync per batch, page cache) and tansu.
 VS_KAFKA_CASES = ["vs_kafka_throughput", "vs_kafka_latency", "vs_kafka_cluster_latency",
                   "vs_kafka_end_to_end", "vs_kafka_consume", "vs_kafka_spark_source"]
+# bench/budget.py: where a produce's milliseconds go, stage by stage (1 node, 3 nodes).
+BUDGET_CASES = ["latency_budget"]
 ALL_CASES = [
     "ceilings", *PRODUCE_CASES, "rss_100_partitions", *SHARD_CASES, *GROUP_CASES,
     *RUNNING_CASES, *LIFECYCLE_CASES, *SATURATION_CASES, *SCENARIO_CASES, *RAFT_CASES,
-    *CLUSTER_CASES, *SPARK_CASES, *SPARK_WRITER_CASES, *VS_KAFKA_CASES,
+    *CLUSTER_CASES, *SPARK_CASES, *SPARK_WRITER_CASES, *VS_KAFKA_CASES, *BUDGET_CASES,
 ]
 
 
@@ -185,6 +187,10 @@ def main(argv: list[str] | None = None) -> int:
             from bench import vs_kafka
 
             emit(vs_kafka.VS_KAFKA_CASES[case](args))
+        elif case in BUDGET_CASES:
+            from bench import budget
+
+            emit(budget.BUDGET_CASES[case](args))
     log(f"done in {time.monotonic() - t0:.1f}s" + (f"; results in {out_path}" if out_path else ""))
     return 1 if failed else 0
 

@@ -68,7 +68,7 @@ from prometheus_client.core import (
     Metric,
 )
 
-from actors.metrics import FLUSH_BYTES_BUCKETS, LATENCY_BUCKETS_S
+from actors.metrics import FLUSH_BYTES_BUCKETS, LATENCY_BUCKETS_S, STAGE_BUCKETS_S
 from shards import limits
 from shards.stats import stats_path
 from storage.probes import PROBE_NAMES
@@ -422,6 +422,47 @@ def _recorded(recorded: list[tuple[str, dict[str, Any]]]) -> Iterator[Metric]:
     for key, name, help_text in _LIFECYCLE_COUNTERS:
         yield _counter_with(name, help_text, ["shard"],
                             [([s], m["lifecycle"][key]) for s, m in recorded])
+    yield from _loop_and_pools(recorded)
+
+
+def _loop_and_pools(recorded: list[tuple[str, dict[str, Any]]]) -> Iterator[Metric]:
+    """The shard loop's turns, stalls and GC pauses, and its I/O pools' calls
+    (shards/loop_watch.py, shards/io_pool.py)."""
+    turns = HistogramMetricFamily(
+        "krill_reactor_turn_seconds", "How long each turn of the shard's loop ran",
+        labels=["shard"])
+    gc_pauses = HistogramMetricFamily(
+        "krill_gc_pause_seconds", "Python garbage collections, by generation (each stops "
+        "the shard's loop)", labels=["generation", "shard"])
+    waits = HistogramMetricFamily(
+        "krill_io_queue_wait_seconds", "From a blocking call handed to an I/O pool to a "
+        "worker starting it", labels=["pool", "shard"])
+    calls = HistogramMetricFamily(
+        "krill_io_call_seconds", "A blocking call on an I/O pool (fdatasync, a cold read)",
+        labels=["pool", "shard"])
+    stages = HistogramMetricFamily(
+        "krill_produce_stage_seconds", "A traced produce request's time in each stage "
+        "(trace_produce_every; actors/trace.py)", labels=["stage", "shard"])
+    stalls = []
+    for shard, m in recorded:
+        for stage, (counts, total) in (m.get("produce_stages") or {}).items():
+            _histogram(stages, [stage, shard], counts, total, STAGE_BUCKETS_S)
+        loop = m.get("loop")
+        if loop is not None:
+            counts, total = loop["turns"]
+            _histogram(turns, [shard], counts, total, LATENCY_BUCKETS_S)
+            for generation, (counts, total) in enumerate(loop["gc"]):
+                _histogram(gc_pauses, [str(generation), shard], counts, total,
+                           LATENCY_BUCKETS_S)
+            stalls.append(([shard], loop["stalls"]))
+        for pool, pool_stats in sorted((m.get("io_pools") or {}).items()):
+            for family, key in ((waits, "queue_wait"), (calls, "call")):
+                counts, total = pool_stats[key]
+                _histogram(family, [pool, shard], counts, total, LATENCY_BUCKETS_S)
+    yield from (turns, gc_pauses, waits, calls, stages)
+    yield _counter_with("krill_reactor_stalls", "Turns of the shard's loop that ran "
+                        "loop_stall_threshold_ms or longer (Seastar's reactor stalls)",
+                        ["shard"], stalls)
 
 
 _LIFECYCLE_COUNTERS = (

@@ -108,6 +108,12 @@ def build_parser(
                             "(default 1 GiB; 0: no guard)")
     start.add_argument("--enable-failure-injection", action="store_const", const=True,
                        help="allow the admin API's /v1/failure-probes (tests, scenarios)")
+    start.add_argument("--loop-stall-threshold-ms", type=int, metavar="MS",
+                       help="log a shard loop turn this long with its stack, and count it "
+                            "(default 10; 0: no watchdog)")
+    start.add_argument("--trace-produce-every", type=int, metavar="N",
+                       help="time one produce request in N stage by stage "
+                            "(krill_produce_stage_seconds; default 0: none)")
     start.set_defaults(func=start_command)
 
     add_topic_commands(commands)

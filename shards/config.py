@@ -109,6 +109,12 @@ class NodeConfig:
     # whose node is not heard from for an election timeout leaves at once.
     replica_lag_time_max_ms: int = 30_000
     disable_metrics: bool = False  # record nothing and serve no /metrics (Redpanda's name)
+    # A loop turn this long or longer is a stall: counted, and its stack logged as it happens
+    # (shards/loop_watch.py; Seastar's reactor stall detector). 0: no watchdog thread.
+    loop_stall_threshold_ms: int = 10
+    # One produce request in this many is timed stage by stage (actors/trace.py, the
+    # krill_produce_stage_seconds histograms); 0: none.
+    trace_produce_every: int = 0
     auto_create_topics: bool = True
     default_partitions: int = 1
     default_replicas: int = 1  # more than 1 only in a cluster, at most one per seed
@@ -192,6 +198,12 @@ class NodeConfig:
                      "replica_lag_time_max_ms"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be at least 1, not {getattr(self, name)}")
+        if self.trace_produce_every < 0:
+            raise ConfigError("trace_produce_every must be 0 (none) or more, not "
+                              f"{self.trace_produce_every}")
+        if self.loop_stall_threshold_ms < 0:
+            raise ConfigError("loop_stall_threshold_ms must be 0 (no watchdog) or more, not "
+                              f"{self.loop_stall_threshold_ms}")
         if self.group_initial_rebalance_delay_ms < 0:
             raise ConfigError("group_initial_rebalance_delay_ms must not be negative, not "
                               f"{self.group_initial_rebalance_delay_ms}")
@@ -318,7 +330,8 @@ class NodeConfig:
 _FIELD_TYPES: dict[str, type] = {
     "data_dir": str, "listen_host": str, "listen_port": int, "advertise_host": str,
     "advertise_port": int, "node_id": int, "smp": int, "reader_host": str, "reader_port": int,
-    "admin_host": str, "admin_port": int, "disable_metrics": bool, "auto_create_topics": bool,
+    "admin_host": str, "admin_port": int, "disable_metrics": bool,
+    "loop_stall_threshold_ms": int, "trace_produce_every": int, "auto_create_topics": bool,
     "default_partitions": int, "default_replicas": int, "message_max_bytes": int,
     "segment_bytes": int, "segment_ms": int, "log_retention_ms": int, "retention_bytes": int,
     "log_cleanup_interval_ms": int, "memory_budget_bytes": int,

@@ -14,6 +14,9 @@ cleaner_threads = 1
 # Calls (fdatasyncs) one I/O job takes before another thread is woken for the rest: up to
 # this many partitions flushed in one loop turn cost one wake-up (shards/io_pool.py).
 io_calls_per_job = 4
+# A loop stall's stack is logged at most once per this long (shards/loop_watch.py); the stalls
+# between are counted, and the count is in the next line logged.
+loop_stall_log_interval_s = 10.0
 # Pending connections the kernel queues per shard before accept.
 listen_backlog = 1024
 # Connections accepted per readiness event before the loop serves other work.

@@ -52,7 +52,8 @@ from shards.calls import segments, topics
 from shards.cluster_host import NOT_HOSTED, cluster_id
 from shards.config import NodeConfig, reader_advertised
 from shards.disk_space import DiskSpaceWatch
-from shards.io_pool import IoPool
+from shards.io_pool import IoPool, IoPoolStats
+from shards.loop_watch import LoopStats, LoopWatch
 from shards.memory import MemoryBudget
 from shards.node_mesh import NodeMesh
 from shards.pipes import PipeBroken, ZmqPipeMesh
@@ -119,6 +120,7 @@ class Shard(ClusterShard, TopicsShard):
             transaction_max_timeout_ms=config.transaction_max_timeout_ms,
             transactional_id_expiration_ms=config.transactional_id_expiration_ms,
             replica_lag_time_max_ms=config.replica_lag_time_max_ms,
+            trace_produce_every=config.trace_produce_every,
         )
         self.metrics = None if config.disable_metrics else ShardMetrics()
         self.disk_space = FreeSpaceGuard(config.storage_min_free_bytes)
@@ -134,15 +136,28 @@ class Shard(ClusterShard, TopicsShard):
         self._started = time.time()
         self.exit_code = 0  # what the process exits with once the loop stops
         self.loop = asyncio.new_event_loop()
+        # Turn lengths, stalls (logged as they happen) and GC pauses (shards/loop_watch.py).
+        loop_stats = None if self.metrics is None else LoopStats()
+        self._loop_watch = LoopWatch(self.loop, config.loop_stall_threshold_ms, loop_stats,
+                                     f"shard{shard_id}")
+        pools = {name: None if self.metrics is None else IoPoolStats()
+                 for name in ("io", "read", "cleaner")}
         self._io = IoPool(
-            self.loop, limits.io_threads, f"shard{shard_id}-io", limits.io_calls_per_job
+            self.loop, limits.io_threads, f"shard{shard_id}-io", limits.io_calls_per_job,
+            pools["io"],
         )
         # Bulk reads (cold data brought into the page cache, large Spark reads, removing a
         # deleted partition) on threads of their own, so an fdatasync never waits behind one.
-        self._read_io = IoPool(self.loop, limits.read_io_threads, f"shard{shard_id}-read")
+        self._read_io = IoPool(self.loop, limits.read_io_threads, f"shard{shard_id}-read",
+                               stats=pools["read"])
         # The shard's log cleaner (compaction): one thread, one clean at a time; it throttles
         # itself, so it never holds up a flush or a cold read.
-        self._clean_io = IoPool(self.loop, limits.cleaner_threads, f"shard{shard_id}-cleaner")
+        self._clean_io = IoPool(self.loop, limits.cleaner_threads, f"shard{shard_id}-cleaner",
+                                stats=pools["cleaner"])
+        if self.metrics is not None and loop_stats is not None:
+            self.metrics.register("loop", loop_stats.snapshot)
+            self.metrics.register("io_pools", lambda: {
+                name: stats.snapshot() for name, stats in pools.items() if stats is not None})
         self._table = TopicTable()
         self.long_polls = WatchService(shard_id, self.owner_of)
         self._partitions: dict[tuple[str, int], ActorRef[Any]] = {}  # owned here
@@ -462,9 +477,11 @@ class Shard(ClusterShard, TopicsShard):
 
     def run(self) -> None:
         self.start()
+        self._loop_watch.install()
         try:
             self.loop.run_forever()
         finally:
+            self._loop_watch.close()
             if self._reader is not None:
                 self._reader.close()
             if self._stats is not None:

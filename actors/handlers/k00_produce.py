@@ -68,7 +68,9 @@ def handle(ctx: Any, request: ProduceRequest) -> None:
                 if lent is not None:
                     lent.retain()
                     on_dispatched = lent.release
-                if send(ref, Produce(data.records, headers, acks, reply, on_dispatched)):
+                trace = ctx.trace if index == 0 else None  # the first partition's, if sampled
+                if send(ref, Produce(data.records, headers, acks, reply, on_dispatched,
+                                     trace=trace)):
                     continue
                 if lent is not None:
                     lent.release()

@@ -32,6 +32,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from actors.partition_messages import Produce, ProduceResult, RecordError
+from actors.trace import ProduceTrace
 from shards.calls.base import Address, Caller, Request, tell_partition
 from wire.errors import DecodeError, ErrorCode
 from wire.record_batch import iter_batches
@@ -51,6 +52,7 @@ class ProduceCall(NamedTuple):
     acks: int
     arena_offset: int  # where the batches are in the source's arena; -1: payload frame 0
     nbytes: int
+    traced: bool = False  # a sampled request: the owner stamps it (actors/trace.py)
 
 
 class ProduceAnswer(NamedTuple):
@@ -61,6 +63,7 @@ class ProduceAnswer(NamedTuple):
     log_start_offset: int = -1
     message: str | None = None
     record_errors: list[list[Any]] | None = None  # [batch index, message] of each
+    stamps: list[float] | None = None  # a traced produce's owner stamps (actors/trace.py)
 
     def result(self) -> ProduceResult:
         record_errors = tuple(RecordError(index, message)
@@ -98,14 +101,18 @@ def send(router: Caller, to: Address, topic: str, partition: int, m: Produce) ->
             router.dispatched += 1
         if not answer.phases & PHASE_TWO:
             return m.reply is not None  # phase two follows unless acks=0
+        if m.trace is not None and answer.stamps:
+            m.trace.take_owner_stamps(answer.stamps)
         if m.reply is not None:
             m.reply(answer.result())
         return False
 
+    traced = m.trace is not None
     if where is None:
-        call, payloads = ProduceCall(topic, partition, m.acks, -1, 0), [m.records]
+        call, payloads = ProduceCall(topic, partition, m.acks, -1, 0, traced), [m.records]
     else:  # the batches are in this shard's arena; the owner reads them there
-        call, payloads = ProduceCall(topic, partition, m.acks, where, m.records.nbytes), []
+        call = ProduceCall(topic, partition, m.acks, where, m.records.nbytes, traced)
+        payloads = []
     # With acks=0 and a payload frame nothing need come back; a region must, to be freed.
     wants_reply = m.reply is not None or where is not None or m.on_dispatched is not None
     router.call(to, KIND, call, payloads, on_reply if wants_reply else None)
@@ -122,7 +129,8 @@ def serve(request: Request, body: Any, frames: list[Any]) -> None:
     else:
         # The pipe's frame is read-only: the log patches offsets in place, so copy it once.
         records = memoryview(bytearray(frames[0]))
-    answers = _Answers(request)
+    trace = ProduceTrace() if call.traced else None
+    answers = _Answers(request, trace)
     produced: Callable[[ProduceResult], None] = answers.produced
     # A write-caching topic answers at append time: it must not wait for others' flushes.
     if request.id and call.acks != 0 and not router.shard.write_caching(call.topic):
@@ -152,6 +160,7 @@ def serve(request: Request, body: Any, frames: list[Any]) -> None:
         call.acks,
         produced if wants_reply and call.acks != 0 else None,
         answers.dispatched if wants_reply else None,
+        trace=trace,
     )
     if not tell_partition(request, call.topic, call.partition, message):
         refused(ProduceResult(ErrorCode.NOT_LEADER_OR_FOLLOWER))
@@ -164,11 +173,12 @@ class _Answers:
     """One produce's answers on its owner: phase one leaves at most once, on its own or
     inside phase two."""
 
-    __slots__ = ("_request", "_phase_one")
+    __slots__ = ("_request", "_phase_one", "_trace")
 
-    def __init__(self, request: Request) -> None:
+    def __init__(self, request: Request, trace: ProduceTrace | None = None) -> None:
         self._request = request
         self._phase_one = _NOT_YET
+        self._trace = trace
 
     def dispatched(self) -> None:
         if self._phase_one != _NOT_YET:
@@ -189,6 +199,7 @@ class _Answers:
                 phases, int(result.error), result.base_offset, result.log_append_time_ms,
                 result.log_start_offset, result.message,
                 [list(e) for e in result.record_errors] if result.record_errors else None,
+                None if self._trace is None else self._trace.owner_stamps(),
             )
         )  # fmt: skip
 

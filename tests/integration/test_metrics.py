@@ -28,7 +28,12 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from prometheus_client.parser import text_string_to_metric_families
 
-from actors.metrics import FLUSH_BYTES_BUCKETS, LATENCY_BUCKETS_S
+from actors.metrics import (
+    FLUSH_BYTES_BUCKETS,
+    LATENCY_BUCKETS_S,
+    PRODUCE_STAGES,
+    STAGE_BUCKETS_S,
+)
 from shards import limits as shard_limits
 from shards.shard_table import shard_of
 from tests.support.broker import BrokerProcess
@@ -198,7 +203,8 @@ def produce_counted(node: BrokerProcess) -> int:
 
 @pytest.fixture(scope="module")
 def workload(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Workload]:
-    node = start_node(tmp_path_factory.mktemp("metrics"))
+    # Every produce request traced stage by stage (actors/trace.py).
+    node = start_node(tmp_path_factory.mktemp("metrics"), "--trace-produce-every", "1")
     try:
         create_topic(node, TOPIC, partitions=PARTITIONS)
         produce_requests = produce_counted(node)
@@ -317,6 +323,26 @@ def test_request_latency_histograms_after_known_workload(workload: Workload) -> 
     assert 0 < produce_sum < 60 * produce
 
 
+def test_every_produce_request_traced_stage_by_stage(workload: Workload) -> None:
+    """Each Produce request was observed once in every stage, on the shard of its connection;
+    those whose first partition the other shard owns got its stamps back with the answer
+    (shards/calls/produce.py): no acks=all request skipped its flush."""
+    m = workload.scrape
+    shards = [str(s) for s in range(SHARDS)]
+    for stage in PRODUCE_STAGES:
+        traced = sum(assert_histogram(m, "krill_produce_stage_seconds", STAGE_BUCKETS_S,
+                                      stage=stage, shard=shard) for shard in shards)
+        assert traced == workload.produce_requests, (stage, traced)
+    for shard in shards:  # a flush is a hand-off to the I/O pool and back: never ~0
+        fastest = value(m, "krill_produce_stage_seconds_bucket", stage="flush", shard=shard,
+                        le=repr(STAGE_BUCKETS_S[0]))
+        assert fastest == 0, (shard, fastest)
+    latency = value(m, "redpanda_kafka_request_latency_seconds_sum", redpanda_request="produce")
+    inside = sum(value(m, "krill_produce_stage_seconds_sum", stage=stage, shard=shard)
+                 for stage in PRODUCE_STAGES[1:-1] for shard in shards)
+    assert 0 < inside <= latency * 1.01 + 0.001, (inside, latency)  # from dispatch to answer
+
+
 def test_fdatasync_histograms_after_known_workload(workload: Workload) -> None:
     m = workload.scrape
     for shard in map(str, range(SHARDS)):
@@ -333,6 +359,26 @@ def test_fdatasync_histograms_after_known_workload(workload: Workload) -> None:
                                  shard=shard).values())
         all_bytes = sum(select(m, "krill_partition_produced_bytes_total", shard=shard).values())
         assert 0 < topic_bytes <= flushed <= all_bytes, (shard, topic_bytes, flushed, all_bytes)
+
+
+def test_loop_and_io_pool_histograms_after_known_workload(workload: Workload) -> None:
+    """Every shard's loop turned, and its fdatasyncs went through its I/O pool: one call
+    timed per fdatasync, each with its wait before it (shards/loop_watch.py, io_pool.py)."""
+    m = workload.scrape
+    for shard in map(str, range(SHARDS)):
+        turns = assert_histogram(m, "krill_reactor_turn_seconds", LATENCY_BUCKETS_S,
+                                 shard=shard)
+        assert turns > 0, shard
+        assert value(m, "krill_reactor_stalls_total", shard=shard) <= turns
+        syncs = value(m, "krill_storage_fdatasync_latency_seconds_count", shard=shard)
+        calls = assert_histogram(m, "krill_io_call_seconds", LATENCY_BUCKETS_S, pool="io",
+                                 shard=shard)
+        waits = assert_histogram(m, "krill_io_queue_wait_seconds", LATENCY_BUCKETS_S,
+                                 pool="io", shard=shard)
+        assert calls == waits and calls >= syncs > 0, (shard, calls, waits, syncs)
+        for generation in "012":
+            assert_histogram(m, "krill_gc_pause_seconds", LATENCY_BUCKETS_S,
+                             generation=generation, shard=shard)
 
 
 def test_shard_gauges_after_known_workload(workload: Workload) -> None:
@@ -463,6 +509,12 @@ def test_every_line_parses_and_every_family_has_help_and_type(workload: Workload
         "krill_shard_open_fds": "gauge",
         "krill_shard_cpu_seconds_total": "counter",
         "krill_storage_cold_reads_total": "counter",
+        "krill_reactor_turn_seconds": "histogram",
+        "krill_reactor_stalls_total": "counter",
+        "krill_gc_pause_seconds": "histogram",
+        "krill_io_queue_wait_seconds": "histogram",
+        "krill_io_call_seconds": "histogram",
+        "krill_produce_stage_seconds": "histogram",
     }
     assert {name: types.get(name) for name in expected} == expected
 

@@ -10,6 +10,7 @@ an arena too small for the batch).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import Callable
 from pathlib import Path
@@ -30,6 +31,7 @@ from actors.partition_messages import (
 )
 from actors.services import BrokerSettings, TopicTable
 from actors.topic_config import TopicSettings
+from actors.trace import ProduceTrace
 from actors.watermarks import Waiter
 from shards import limits
 from shards.arena import ArenaSet
@@ -593,3 +595,27 @@ def test_answered_while_taken_phase_one_is_answered_once_in_order(
     assert len(shapes) == count
     assert all(s in ([PHASE_ONE, PHASE_TWO], [both]) for s in shapes.values()), shapes
     assert_arena_empty(router0)
+
+
+def test_a_traced_produce_brings_its_owner_stamps_back(
+        loop: asyncio.AbstractEventLoop, two_shards: Any, tmp_path: Path) -> None:
+    """A sampled produce (actors/trace.py) crosses flagged; its owner stamps it from taking it
+    to answering it, and the stamps come back with phase two, in order after the source's."""
+    router0, _router1, shard1 = two_shards
+    shard1.settings = dataclasses.replace(shard1.settings, trace_produce_every=1)
+    settings = TopicSettings(1 << 30, 1 << 40, 1 << 20, False, False)
+    shard1.partitions[("t", 1)] = Partition.start(
+        "t", 1, TOPIC_ID, tmp_path / "t-1", settings, shard1)
+    trace = ProduceTrace(ProduceTrace.now())
+    trace.decoded = trace.now()
+    seen: list[ProduceResult] = []
+    batch = build_batch([(None, b"traced", [])])
+    RemotePartition(router0, 1, "t", 1).tell(
+        Produce(memoryview(batch), iter_batches(batch), -1, seen.append, trace=trace))
+    settle(loop, lambda: bool(seen))
+    assert seen[0].error == ErrorCode.NONE
+    trace.finish(None)
+    stamps = [trace.read, trace.decoded, *trace.owner_stamps(), trace.sent]
+    assert trace.at_partition > 0 and stamps == sorted(stamps), stamps
+    assert trace.flushed > trace.flush_started > 0  # the flush that covered it
+    assert len(trace.stages()) == 7 and min(trace.stages()) >= 0
