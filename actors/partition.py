@@ -65,7 +65,7 @@ from actors.partition_messages import (
     WriteTxnMarker,
     refuse,
 )
-from actors.partition_produce import Appends
+from actors.partition_produce import Appends, SegmentMade
 from actors.partition_producers import Producers, RebuildDone
 from actors.partition_reads import Reads, Warmed
 from actors.partition_replication import Address, GroupKey, LoneLeader, Replication
@@ -156,6 +156,7 @@ class Partition(LoopActor):
             Synced: self._flushes.synced,
             RebuildDone: self._producer_state.rebuilt,
             _ReleaseHeld: self._release_held,
+            SegmentMade: self._appends.segment_made,
         }
 
     def __str__(self) -> str:
@@ -253,6 +254,10 @@ class Partition(LoopActor):
         if isinstance(message, FlushDone | Synced):
             self._flushes.dropped(message)  # on_stop left the log open for it
             return
+        if isinstance(message, SegmentMade):
+            if message.segment is not None:
+                message.segment.close()  # its empty files stay: recovery takes them
+            return
         # Told after the stop (its topic was deleted): the sender still waits for an answer,
         # and a cross-core producer holds the batch's arena region until phase one.
         refuse(message, ErrorCode.NOT_LEADER_OR_FOLLOWER)
@@ -283,11 +288,19 @@ class Partition(LoopActor):
         return not self._starting and not self._producer_state.rebuilding
 
     def _ready_for(self, message: Any) -> bool:
+        """Whether the partition may handle `message` now. A write waits while this new
+        leader settles, and while its log's next segment is made off the loop
+        (actors/partition_produce.py, `_roll_first`)."""
         if not self._serving():
             return False
+        if type(message) not in WAIT_FOR_TERM:
+            return True
         replication = self._replication
-        return (type(message) not in WAIT_FOR_TERM or replication is None
-                or not replication.settling())
+        return not self._appends.rolling and (replication is None or not replication.settling())
+
+    def hold_first(self, message: Produce) -> None:
+        """A produce taken, to be taken again first once the segment it waits for is made."""
+        self._held.hold_first(message)
 
     def retry_held(self) -> None:
         """Writes held for a new leader's no-op to commit look again (settled now, or

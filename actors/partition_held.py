@@ -69,6 +69,10 @@ class HeldMessages:
         else:
             self._queue.append(message)
 
+    def hold_first(self, message: Any) -> None:
+        """Hold `message` before every other (a produce put back: see its partition)."""
+        self._queue.appendleft(message)
+
     def release(self, handle: Callable[[Any], None], ready: Callable[[Any], bool],
                 offline: Callable[[], bool]) -> bool:
         """Handle held messages in order while the partition is `ready` for the first, a

@@ -20,6 +20,10 @@ is written if one fails:
   transaction state (actors/producer_state.py, actors/txn_state.py): a duplicate is answered
   with its first offset once that is durable.
 
+A produce that passed them and would roll the log is not written yet: the next segment's
+files are made on the I/O pool (storage/log.py, rolling ahead) while it waits, put back first
+among the partition's held messages with every write after it, then it is taken again.
+
 A segment write that still fails (ENOSPC or EIO: the guard is off, or the disk filled between
 looks) is undone to the last whole batch by the log and answered KAFKA_STORAGE_ERROR; the
 partition goes on. Only a log that cannot even be cut back takes no more writes.
@@ -41,7 +45,7 @@ from __future__ import annotations
 import errno
 import logging
 from collections.abc import Callable
-from typing import Protocol
+from typing import Any, NamedTuple, Protocol
 
 from pykka import ActorDeadError
 
@@ -59,11 +63,18 @@ from storage.log import AppendFailed
 from wire.errors import ErrorCode
 from wire.record_batch import BatchHeader, iter_batches, set_log_append_time
 
-__all__ = ["AppendHost", "Appends"]
+__all__ = ["AppendHost", "Appends", "SegmentMade"]
 
 log = logging.getLogger("actors.partition")  # the partition's lines, as they have always been
 
 _ACKS_ALL = -1
+
+
+class SegmentMade(NamedTuple):
+    """The segment a produce waits for is back from the I/O pool (`Appends._roll_first`)."""
+
+    segment: Any  # storage.segment.Segment, None if it could not be made
+    error: BaseException | None
 
 
 class AppendHost(Protocol):
@@ -76,7 +87,11 @@ class AppendHost(Protocol):
     leader_epoch: int
 
     @property
+    def actor_ref(self) -> Any: ...  # SegmentMade comes back to its mailbox
+    @property
     def disk_log(self) -> DiskLog | None: ...
+    def retry_held(self) -> None: ...
+    def hold_first(self, message: Produce) -> None: ...
     def write_refused(self) -> ErrorCode | None: ...
     def in_sync_count(self) -> int: ...
     def proposed(self, base_offset: int, count: int) -> None: ...
@@ -90,6 +105,7 @@ class Appends:
         self._name = name
         self._producers = producers
         self._flushes = flushes
+        self.rolling = False  # a segment is being made ahead of the writes held
         services = host.services
         metrics = services.metrics
         self._stats = None if metrics is None else metrics.partition(host.topic, host.index)
@@ -99,24 +115,65 @@ class Appends:
     def __str__(self) -> str:
         return self._name
 
+    # Rolling ahead (storage/log.py): a segment's files are made off the loop -------------
+
+    def _roll_first(self, m: Produce, log_: DiskLog, size: int) -> bool:
+        """Whether `m`, checked and about to be appended, waits for a segment made ahead of
+        it on the I/O pool (started now): its append would roll the log before its first
+        batch. The partition holds it, first, with the writes after it until
+        `segment_made`; then it is taken again from the start."""
+        host = self._host
+        base = log_.next_offset
+        records = sum(h.last_offset_delta + 1 for h in m.headers)
+        job = log_.roll_ahead(base, base + records - 1, size, host.leader_epoch, now_ms())
+        if job is None:
+            return False
+        self.rolling = True
+        ref = host.actor_ref
+
+        def done(segment: Any, error: BaseException | None) -> None:
+            try:
+                ref.tell(SegmentMade(segment, error))
+            except ActorDeadError:
+                if segment is not None:
+                    segment.close()
+
+        host.services.run_blocking(job, done)
+        host.hold_first(m)
+        return True
+
+    def segment_made(self, m: SegmentMade) -> None:
+        self.rolling = False
+        log_ = self._host.disk_log
+        if m.error is not None:  # the append rolls the usual way, and says what fails
+            log.error("%s: a segment could not be made ahead: %r", self, m.error)
+        elif log_ is not None:
+            log_.install_segment(m.segment)
+        else:
+            m.segment.close()
+        self._host.retry_held()
+
     def produce(self, m: Produce) -> None:
         # Phase one is answered as the partition takes the message: from here its place in the
         # log is fixed (messages are handled one at a time). It runs after the append, in the
-        # same turn: its caller may then reuse the bytes (an arena region).
+        # same turn: its caller may then reuse the bytes (an arena region). Not for a produce
+        # held again behind the segment it waits for: it is taken again then.
+        held_again = False
         try:
-            self._append(m)
+            held_again = self._append(m)
         finally:
-            if m.on_dispatched is not None:
+            if m.on_dispatched is not None and not held_again:
                 m.on_dispatched()
 
-    def _append(self, m: Produce) -> None:
+    def _append(self, m: Produce) -> bool:
+        """Check and append `m`, or answer why not; True if it waits for a segment."""
         if m.trace is not None:
             m.trace.at_partition = m.trace.now()
         host = self._host
         refused = host.write_refused()
         if refused is not None:
             _answer(m, ProduceResult(refused))
-            return
+            return False
         log_ = host.disk_log
         assert log_ is not None
         settings = host.settings
@@ -125,7 +182,7 @@ class Appends:
                        f"min.insync.replicas={settings.min_insync_replicas}")
             log.debug("%s: acks=all produce refused: %s", self, message)
             _answer(m, ProduceResult(ErrorCode.NOT_ENOUGH_REPLICAS, message=message))
-            return
+            return False
         first, last = m.headers[0], m.headers[-1]
         size = last.position + last.size - first.position
         guard = self._disk_space
@@ -133,21 +190,23 @@ class Appends:
             message = (f"free space on the data disk ({guard.free_bytes} bytes) is under "
                        f"storage_min_free_bytes ({guard.min_free_bytes})")
             _answer(m, ProduceResult(ErrorCode.KAFKA_STORAGE_ERROR, message=message))
-            return
+            return False
         limit = settings.max_message_bytes
         for header in m.headers:
             if header.size > limit:
                 message = f"batch of {header.size} bytes is over max.message.bytes={limit}"
                 _answer(m, ProduceResult(ErrorCode.MESSAGE_TOO_LARGE, message=message))
-                return
+                return False
         if settings.compact:
             keyless = keyless_records(m.records, m.headers, f"{host.topic}-{host.index}")
             if keyless is not None:
                 log.info("%s: produce refused: %s", self, keyless.message)
                 _answer(m, keyless)
-                return
+                return False
         if self._check_sequences(m, log_):
-            return
+            return False
+        if self._roll_first(m, log_, size):
+            return True
         now = now_ms()
         append_time = -1
         if settings.log_append_time:
@@ -160,13 +219,13 @@ class Appends:
                 m.records, m.headers, host.leader_epoch, now)  # type: ignore[arg-type]
         except AppendFailed as e:
             self._append_failed(m, e)
-            return
+            return False
         except OSError as e:  # the undo failed too: the files cannot be trusted
             log.critical("%s: append failed and cannot be undone: %r; partition offline",
                          self, e)
             host.storage_failed()
             _answer(m, ProduceResult(ErrorCode.KAFKA_STORAGE_ERROR))
-            return
+            return False
         count = result.last_offset + 1 - result.base_offset
         host.proposed(result.base_offset, count)
         self._producers.note_appended(m.records, m.headers, first_base)
@@ -184,6 +243,7 @@ class Appends:
         if m.trace is not None:
             m.trace.appended, m.trace.last_offset = m.trace.now(), result.last_offset
         self._flushes.appended(result.last_offset, size, waiter, acks_of(m.acks))
+        return False
 
     def _append_failed(self, m: Produce, failure: AppendFailed) -> None:
         """A segment write failed; the log undid the append: refuse it, take the next."""

@@ -91,7 +91,7 @@ from actors.raft import (
 from storage.log import Log, OffsetOutOfRange
 from storage.page_cache import NotCached, warm
 from storage.replica import CutTicket, NotContiguous
-from wire.record_batch import BatchHeader, iter_batches
+from wire.record_batch import BatchHeader, iter_batches, read_header
 from wire.records import build_batch, rebuild_batch
 
 __all__ = ["Replica", "ReplicaHost", "leader_change_batch", "log_batch_reader", "read_append",
@@ -227,8 +227,10 @@ class Replica:
         self._save_failed = False  # its write failed: saved again at the next tick
         self._held: collections.deque[Message] = collections.deque()  # waiting for _durable
         self._dropped = 0  # held messages dropped for the bound, this time
-        self._writes: collections.deque[LogWrite] = collections.deque()  # behind a cut
+        # Behind a cut, or a segment made off the loop (`_roll_first`).
+        self._writes: collections.deque[LogWrite] = collections.deque()
         self._cutting = False
+        self._rolling = False
         self._lost = False  # a log write was not made: the machine is told where the log ends
         self._write_failing = False  # for the log: said once until a write succeeds again
         self.closed = False
@@ -316,9 +318,9 @@ class Replica:
         while not self.closed:
             if machine.has_ready():
                 self._handle(machine.ready())
-            elif not self._lost or self._cutting:
+            elif not self._lost or self._deferring:
                 return
-            if self._lost and not self._cutting:
+            if self._lost and not self._deferring:
                 # Every write asked for is made or refused, none gathered since: the log
                 # holds what the machine believes up to its end, and no further.
                 self._lost = False
@@ -425,12 +427,19 @@ class Replica:
 
     # Log writes -------------------------------------------------------------------------
 
+    @property
+    def _deferring(self) -> bool:
+        """Whether log writes wait (in order, in `_writes`): a cut or a roll is out."""
+        return self._cutting or self._rolling
+
     def _log_write(self, write: LogWrite) -> None:
-        if self._cutting:
+        if self._deferring:
             self._writes.append(write)
             return
         log_ = self._host.replica_log()
         if isinstance(write, Append):
+            if self._roll_first(log_, write):
+                return
             try:
                 self._append(log_, write)
             except Exception as e:  # whatever the reason, the machine must hear of it
@@ -519,14 +528,54 @@ class Replica:
                 return
             self._host.replica_log().cut_complete(ticket)
             self._cutting = False
-            while self._writes and not self._cutting:
-                self._log_write(self._writes.popleft())
+            self._write_deferred()
             if not self._cutting:
                 self._host.cut_complete()
-                if self._lost:
-                    self._soon()
 
         self._host.run_io(ticket.run, done)
+
+    def _roll_first(self, log_: Log, write: Append) -> bool:
+        """A follower's batches that would roll the log before their first: the new
+        segment's files are made on the I/O pool (storage/log.py, rolling ahead) and this
+        write and those after it wait for them. Whether it waits."""
+        payload = write.payload
+        if payload is None or payload is LEADER_CHANGE:
+            return False  # the leader's own batch (written), or a no-op of one record
+        first = write.ranges[0].base
+        if first != log_.next_offset:
+            return False  # a retransmission's head, or a gap: `_append` sorts it out
+        header = read_header(payload, 0)
+        if header.base_offset != first:
+            return False
+        job = log_.roll_ahead(first, write.ranges[-1].last, len(payload),
+                              header.partition_leader_epoch, self._host.now_ms())
+        if job is None:
+            return False
+        self._rolling = True
+        self._writes.appendleft(write)
+
+        def done(segment: Any, error: BaseException | None) -> None:
+            if self.closed:
+                if segment is not None:
+                    segment.close()
+                return
+            self._rolling = False
+            if error is not None:  # the append rolls the usual way, and says what fails
+                log.error("%s: a segment could not be made ahead: %r", self.group, error)
+            else:
+                self._host.replica_log().install_segment(segment)
+            self._write_deferred()
+
+        self._host.run_io(job, done)
+        return True
+
+    def _write_deferred(self) -> None:
+        """The cut or roll they waited for is done: the writes behind it, in order, until
+        one waits again."""
+        while self._writes and not self._deferring:
+            self._log_write(self._writes.popleft())
+        if not self._deferring and self._lost:
+            self._soon()
 
     def _stop(self) -> None:
         """What the log holds is unknown (a cut failed): the log refuses appends, and this

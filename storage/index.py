@@ -144,6 +144,10 @@ class _EntryFile:
         self.deleted = True
         self.path.unlink(missing_ok=True)
 
+    def open(self) -> None:
+        """Create (or open) the file now, not when entries are first written."""
+        self._open()
+
     def _open(self) -> int:
         if self._fd is None:
             self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)

@@ -24,6 +24,14 @@ Offsets: batch i of an append gets base offset next_offset, then each batch star
 the previous batch's last offset. Example: next_offset 10, batches of 3 and 2 records ->
 bases 10 and 13, AppendResult(base_offset=10, last_offset=14), next_offset 15.
 
+Rolling ahead: a roll creates a segment's three files, and a file's creation is a journal
+operation that can wait for a commit in progress (an fdatasync elsewhere): tens of ms seen
+on a shard's loop. So the partition asks `roll_ahead` before an append whether it would roll
+before its first batch; if so it gets a job that creates the next segment's files, runs it
+on the I/O pool while its writes wait, and `install_segment`s the result, which the append
+then goes to. A roll the check cannot foresee (a request larger than a segment) is made
+inline, as before.
+
 Epochs: a batch carries the leader epoch (Raft term) it was written in, and a batch whose epoch
 differs from the active segment's last one rolls a new segment first, so every segment written
 since holds one epoch. The log keeps an epoch cache (storage/epochs.py), where each epoch
@@ -194,6 +202,10 @@ class Log(Protocol):
     def last_epoch(self) -> int | None: ...
     @property
     def epoch_before_start(self) -> int | None: ...
+    # Rolling ahead, off the loop (module docstring)
+    def roll_ahead(self, base_offset: int, last_offset: int, size: int, epoch: int,
+                   now_ms: int) -> Callable[[], Segment] | None: ...
+    def install_segment(self, segment: Segment) -> bool: ...
 
 
 # In a partition directory: the log start offset wherever it moved (DeleteRecords, retention,
@@ -451,12 +463,42 @@ class DiskLog(FlushAccounting, ReplicaAccounting):
         for segment in self._segments:
             no_readahead(segment.fd)
 
-    def _roll(self, base_offset: int) -> None:
+    def roll_ahead(self, base_offset: int, last_offset: int, size: int, epoch: int,
+                   now_ms: int) -> Callable[[], Segment] | None:
+        """Whether an append of `size` bytes, offsets `base_offset`..`last_offset` in
+        `epoch`, would roll before its first batch: then the job that creates the new
+        segment's files (for the I/O pool), else None (module docstring)."""
+        active = self._segments[-1]
+        if self._closed or active.is_empty or base_offset != self.next_offset:
+            return None
+        whole = BatchInfo(base_offset, last_offset, -1, size, epoch)
+        if not needs_roll(self.config, active.size, active.base_offset, active.first_append_ms,
+                          whole, now_ms, active.index_bytes, active.roll_jitter_ms,
+                          self._epochs.last_epoch):
+            return None
+        directory, interval = self.directory, self.config.index_interval_bytes
+        return lambda: Segment(directory, base_offset, interval, open_indexes=True)
+
+    def install_segment(self, segment: Segment) -> bool:
+        """Roll to `segment`, made by `roll_ahead`'s job; False (and its files gone) if the
+        log moved meanwhile (a cut, a failed flush), so that it no longer continues it."""
+        active = self._segments[-1]
+        if (self._closed or self.cut_pending or segment.base_offset != self.next_offset
+                or active.is_empty or segment.base_offset in self._bases):
+            segment.close()
+            if not self._closed and segment.base_offset not in self._bases:
+                segment.delete()
+            return False
+        self._roll(segment.base_offset, segment)
+        return True
+
+    def _roll(self, base_offset: int, segment: Segment | None = None) -> None:
         active = self._segments[-1]
         assert base_offset == active.next_offset, (active, base_offset)
         active.seal()
         self._unsynced.add(active)
-        segment = Segment(self.directory, base_offset, self.config.index_interval_bytes)
+        if segment is None:  # not rolled ahead: its files are made here, on the caller
+            segment = Segment(self.directory, base_offset, self.config.index_interval_bytes)
         if self.config.segment_jitter_ms:
             segment.roll_jitter_ms = random.randrange(self.config.segment_jitter_ms)
         if self._serving:

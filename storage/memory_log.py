@@ -9,7 +9,7 @@ so a flush ticket's `run` does nothing, and neither does a cut ticket's (storage
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from storage.epochs import EpochCache
@@ -23,7 +23,7 @@ from storage.log import (
     needs_roll,
 )
 from storage.replica import CutTicket, ReplicaAccounting, replicated_batches
-from storage.segment import BatchInfo, header_at_position
+from storage.segment import BatchInfo, Segment, header_at_position
 from wire.record_batch import BatchHeader, read_header
 
 __all__ = ["MemoryLog"]
@@ -89,6 +89,14 @@ class MemoryLog(FlushAccounting, ReplicaAccounting):
         self._check_no_cut()
         batches = assign_offsets(records, headers, leader_epoch, self.next_offset)
         return self._append(records, headers, batches, now_ms)
+
+    def roll_ahead(self, base_offset: int, last_offset: int, size: int, epoch: int,
+                   now_ms: int) -> Callable[[], Segment] | None:
+        """Never: a memory segment has no files to make (storage/log.py)."""
+        return None
+
+    def install_segment(self, segment: Segment) -> bool:
+        raise AssertionError("a memory log never rolls ahead")
 
     def append_replicated(
         self, records: bytearray, headers: list[BatchHeader], now_ms: int

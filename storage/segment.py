@@ -70,11 +70,17 @@ def segment_path(directory: Path, base_offset: int, suffix: str) -> Path:
 
 
 class Segment:
-    def __init__(self, directory: Path, base_offset: int, index_interval_bytes: int) -> None:
+    def __init__(self, directory: Path, base_offset: int, index_interval_bytes: int,
+                 open_indexes: bool = False) -> None:
+        """`open_indexes`: create the index files now too (a segment made off the loop,
+        storage/log.py's rolling ahead), not at the first flush that writes them."""
         self.base_offset = base_offset
         self.log_path = segment_path(directory, base_offset, ".log")
         self.index = OffsetIndex(segment_path(directory, base_offset, ".index"))
         self.time_index = TimeIndex(segment_path(directory, base_offset, ".timeindex"))
+        if open_indexes:
+            self.index.open()
+            self.time_index.open()
         self.index_interval_bytes = index_interval_bytes
         self.file: OpenFile | None = OpenFile(
             os.open(self.log_path, os.O_RDWR | os.O_CREAT, 0o644))

@@ -34,10 +34,12 @@ VOTES = frozenset({MsgType.MsgPreVote, MsgType.MsgPreVoteResp, MsgType.MsgVote,
 loop = pytest.fixture(actor_loop)
 
 
-def send(cluster: Cluster, address: Address, sequence: int) -> list[ProduceResult]:
-    """The producer's batch of `sequence` (value b"v<sequence>"), acks=all, not waited for:
-    the list its answer will be appended to."""
-    batch = build_batch([(None, b"v%d" % sequence, [])], producer_id=PID, producer_epoch=0,
+def send(cluster: Cluster, address: Address, sequence: int,
+         value_bytes: int = 0) -> list[ProduceResult]:
+    """The producer's batch of `sequence` (value b"v<sequence>", padded to `value_bytes`),
+    acks=all, not waited for: the list its answer will be appended to."""
+    value = (b"v%d" % sequence).ljust(value_bytes, b".")
+    batch = build_batch([(None, value, [])], producer_id=PID, producer_epoch=0,
                         base_sequence=sequence)
     answers: list[ProduceResult] = []
     cluster.net.refs[address].tell(Produce(memoryview(batch), iter_batches(batch), -1,
@@ -130,3 +132,4 @@ def test_a_write_held_while_settling_is_taken_once_the_no_op_commits(
         assert result.error == ErrorCode.NONE and result.base_offset == end + 1, result
     finally:
         net.close()
+

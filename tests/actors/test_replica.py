@@ -107,7 +107,8 @@ class Node:
             self.held_cuts.append((fn, done))  # a disk slow to make a cut durable
             return
         future = self.loop.run_in_executor(None, fn)
-        future.add_done_callback(lambda f: done(None, f.exception()))
+        future.add_done_callback(
+            lambda f: done(None if f.exception() else f.result(), f.exception()))
 
     def release_cuts(self) -> None:
         self.hold_cuts = False
