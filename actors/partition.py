@@ -288,18 +288,30 @@ class Partition(LoopActor):
         return not self._starting and not self._producer_state.rebuilding
 
     def _ready_for(self, message: Any) -> bool:
-        """Whether the partition may handle `message` now. A write waits while this new
-        leader settles, and while its log's next segment is made off the loop
-        (actors/partition_produce.py, `_roll_first`)."""
+        """Whether the partition may handle `message` now. A write waits while its log's
+        next segment is made off the loop, and, once one was refused by this new leader's
+        producer state, until the leader settles (actors/partition_produce.py)."""
         if not self._serving():
             return False
         if type(message) not in WAIT_FOR_TERM:
             return True
-        replication = self._replication
-        return not self._appends.rolling and (replication is None or not replication.settling())
+        appends = self._appends
+        if appends.rolling:
+            return False
+        if appends.awaiting_settle:
+            if self.settling():
+                return False
+            appends.awaiting_settle = False
+        return True
 
-    def hold_first(self, message: Produce) -> None:
-        """A produce taken, to be taken again first once the segment it waits for is made."""
+    def settling(self) -> bool:
+        """A replicated leader that has yet to commit an entry of its term (placing its
+        no-op if it has none: actors/partition_replication.py)."""
+        return self._replication is not None and self._replication.settling()
+
+    def hold_first(self, message: Produce | WriteTxnMarker) -> None:
+        """A write taken, to be taken again first: once the segment it waits for is made,
+        or once this new leader settles."""
         self._held.hold_first(message)
 
     def retry_held(self) -> None:

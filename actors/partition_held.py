@@ -8,14 +8,16 @@ handled once it serves again, a turn's share (`inbox_drain_messages_max`) at a t
 other actors of the loop go on meanwhile. A partition gone offline (its producer state cannot
 be known) refuses them KAFKA_STORAGE_ERROR.
 
-A replicated partition that has just been elected holds its writes (`WAIT_FOR_TERM`) the same
-way until an entry of its own term, its no-op, has committed (actors/partition_replication.py,
-`settling`); its reads go on. Until then a batch of an earlier term that this leader lacks
-may yet be elected back by a later leader. A sequence check answered against this log
-(OUT_OF_ORDER_SEQUENCE_NUMBER for a batch whose predecessor it lacks) makes librdkafka bump
-the producer epoch and send the predecessor again under new sequences, and it was stored
-twice once a later leader kept the first copy (issue #28's CI run). Once the no-op commits,
-no log can hold anything else below it.
+A replicated partition that has just been elected refuses no write by its producer state
+until an entry of its own term has committed (actors/partition_replication.py, `settling`):
+such a write is held here, first, with the writes (`WAIT_FOR_TERM`) after it, and taken again
+then (actors/partition_produce.py); its reads go on. Until then a batch of an earlier term that
+this leader lacks may yet be elected back by a later leader. OUT_OF_ORDER_SEQUENCE_NUMBER
+answered against this log, for a batch whose predecessor it lacks, makes librdkafka bump the
+producer epoch and send the predecessor again under new sequences, and it was stored twice
+once a later leader kept the first copy (issue #28's CI run). A write it takes, or answers as
+a duplicate once committed, is safe either way, so the usual first write goes straight in,
+and is itself the entry of the term that settles it.
 """
 
 from __future__ import annotations
@@ -44,8 +46,7 @@ __all__ = ["WAIT_FOR_STATE", "WAIT_FOR_TERM", "HeldMessages", "refuse_held"]
 # What waits while the partition starts or rebuilds its producer state.
 WAIT_FOR_STATE = frozenset({Produce, Read, ListOffset, EpochEndOffset, PartitionInfo,
                             DeleteRecords, WriteTxnMarker, TransferLeadership, Warmed})
-# What a new leader holds until an entry of its term has committed: the writes it checks
-# against its producer state (module docstring).
+# The writes that queue behind a write held until this new leader settles (module docstring).
 WAIT_FOR_TERM = frozenset({Produce, WriteTxnMarker})
 
 

@@ -91,7 +91,8 @@ class AppendHost(Protocol):
     @property
     def disk_log(self) -> DiskLog | None: ...
     def retry_held(self) -> None: ...
-    def hold_first(self, message: Produce) -> None: ...
+    def hold_first(self, message: Produce | WriteTxnMarker) -> None: ...
+    def settling(self) -> bool: ...
     def write_refused(self) -> ErrorCode | None: ...
     def in_sync_count(self) -> int: ...
     def proposed(self, base_offset: int, count: int) -> None: ...
@@ -106,6 +107,7 @@ class Appends:
         self._producers = producers
         self._flushes = flushes
         self.rolling = False  # a segment is being made ahead of the writes held
+        self.awaiting_settle = False  # a write held until this new leader settles
         services = host.services
         metrics = services.metrics
         self._stats = None if metrics is None else metrics.partition(host.topic, host.index)
@@ -157,7 +159,8 @@ class Appends:
         # Phase one is answered as the partition takes the message: from here its place in the
         # log is fixed (messages are handled one at a time). It runs after the append, in the
         # same turn: its caller may then reuse the bytes (an arena region). Not for a produce
-        # held again behind the segment it waits for: it is taken again then.
+        # held again (behind the segment it waits for, or until this leader settles): it is
+        # taken again then.
         held_again = False
         try:
             held_again = self._append(m)
@@ -166,7 +169,7 @@ class Appends:
                 m.on_dispatched()
 
     def _append(self, m: Produce) -> bool:
-        """Check and append `m`, or answer why not; True if it waits for a segment."""
+        """Check and append `m`, or answer why not; True if it is held again."""
         if m.trace is not None:
             m.trace.at_partition = m.trace.now()
         host = self._host
@@ -203,7 +206,10 @@ class Appends:
                 log.info("%s: produce refused: %s", self, keyless.message)
                 _answer(m, keyless)
                 return False
-        if self._check_sequences(m, log_):
+        checked = self._check_sequences(m, log_)
+        if checked is None:
+            return True  # held until this new leader settles
+        if checked:
             return False
         if self._roll_first(m, log_, size):
             return True
@@ -256,8 +262,19 @@ class Appends:
         message = f"write failed: {failure.error.strerror or failure.error}"
         _answer(m, ProduceResult(ErrorCode.KAFKA_STORAGE_ERROR, message=message))
 
-    def _check_sequences(self, m: Produce, log_: DiskLog) -> bool:
-        """Answer and return True if the request is a duplicate or out of order."""
+    def _refused_unsettled(self, m: Produce | WriteTxnMarker) -> bool:
+        """A new replicated leader refuses a write by its producer state only once an entry
+        of its term has committed (actors/partition_held.py says why): until then `m` is
+        held first, and taken again then. Whether it was held."""
+        if not self._host.settling():
+            return False
+        self.awaiting_settle = True
+        self._host.hold_first(m)
+        return True
+
+    def _check_sequences(self, m: Produce, log_: DiskLog) -> bool | None:
+        """Answer and return True if the request is a duplicate or refused by its producer's
+        state; None if it is held until this new leader settles; False to append it."""
         producers = self._producers.producers
         for header in m.headers:
             if header.producer_id < 0 or header.is_control:
@@ -268,6 +285,8 @@ class Appends:
                 if txn_error is None:
                     continue
             if txn_error is not None:
+                if self._refused_unsettled(m):
+                    return None
                 _answer(m, ProduceResult(txn_error))
                 return True
             check = producers.check(
@@ -277,6 +296,8 @@ class Appends:
                 header.last_offset_delta,
             )
             if check.error is not None:
+                if self._refused_unsettled(m):
+                    return None
                 log.debug("%s: producer %d: %s", self, header.producer_id, check.error.name)
                 _answer(m, ProduceResult(check.error))
                 return True
@@ -315,6 +336,8 @@ class Appends:
         fenced = self._producers.producers.check_marker(m.producer_id, m.producer_epoch,
                                                         m.coordinator_epoch)
         if fenced is not None:
+            if self._refused_unsettled(m):
+                return
             log.warning("%s: marker for producer %d (epoch %d, coordinator epoch %d): %s",
                         self, m.producer_id, m.producer_epoch, m.coordinator_epoch,
                         fenced.name)

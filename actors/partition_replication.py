@@ -33,9 +33,9 @@ original offset if they did (producer state is kept on every replica, rebuilt af
 A new leader's high watermark may start behind its predecessor's, so until it has committed
 every entry its log held when it was elected (its no-op, or nothing), ListOffsets latest is
 answered OFFSET_NOT_AVAILABLE (KIP-207) rather than an offset that goes backwards. Until an
-entry of its own term has committed (`settling`: its no-op, placed at its first write if its
-election placed none) it holds its produces and transaction markers: their sequence and epoch
-checks need a log that no later leader can contradict (actors/partition_held.py).
+entry of its own term has committed (`settling`) it refuses no write by its producer state
+(actors/partition_held.py): a refusal needs a log that no later leader can contradict. A
+leader whose election placed no no-op places one when such a write comes.
 
 A group is named by its `GroupKey` (topic, index, topic id) wherever it crosses time or nodes:
 Raft messages, ticks, leader reports, and its term and vote in the shard's table. Two
@@ -341,10 +341,11 @@ class Replication:
         return self.partition.high_watermark >= self._ready_at
 
     def settling(self) -> bool:
-        """Whether this replica leads and has yet to commit an entry of its term, so that its
-        writes wait (actors/partition_held.py says why). A leader whose election placed no
-        no-op (its log ended at its known commit: actors/raft/machine.py) places one now: its
-        first write waits for it, and a quiet partition's leadership moves add no batch."""
+        """Whether this replica leads and has yet to commit an entry of its term, so that a
+        write its producer state refuses waits (actors/partition_held.py says why). Asked
+        then only: a leader whose election placed no no-op (its log ended at its known
+        commit: actors/raft/machine.py) places one now, so that the write need not wait for
+        another; the usual first write is taken at once and is itself that entry."""
         if not self.is_leader():
             return False
         machine = self.machine

@@ -51,6 +51,10 @@ CLUSTER_READY_TIMEOUT_S = 60.0  # every node ready and Metadata listing every br
 TOPIC_READY_TIMEOUT_S = 120.0  # every partition led (1,000 groups electing on 2 cores)
 POLL_S = 0.02  # how often the failover and catch-up watchers look
 ADMIN_TIMEOUT_S = 5.0
+# Starts of a cluster whose node found a port taken between picking it free and binding it
+# (another process on the host, a test beside it): each try picks new ports.
+PORT_TAKEN = "already in use"
+START_ATTEMPTS = 3
 
 
 # --------------------------------------------------------------------------- one node
@@ -268,15 +272,18 @@ class Cluster:
     def __init__(self, args: argparse.Namespace, extra: tuple[str, ...] = ()) -> None:
         self.root = tempfile.mkdtemp(prefix="krill-bench-cluster-", dir=args.data_root)
         self.keep = args.keep
+        self._exe = krill_executable(args.krill)
+        self._extra = extra
+        self.nodes = self._make_nodes()
+
+    def _make_nodes(self) -> list[ClusterNode]:
+        """The nodes, on ports picked free now."""
         rpc = [free_port() for _ in range(NODES)]
         # Shard k of a node uses rpc + k: with --smp 1 only the port itself.
         seeds = ",".join(f"{i + 1}@127.0.0.1:{port}" for i, port in enumerate(rpc))
-        exe = krill_executable(args.krill)
         cores = node_cores(NODES)
-        self.nodes = [
-            ClusterNode(i + 1, seeds, rpc[i], self.root, exe, cores[i], extra)
-            for i in range(NODES)
-        ]
+        return [ClusterNode(i + 1, seeds, rpc[i], self.root, self._exe, cores[i], self._extra)
+                for i in range(NODES)]
 
     @property
     def bootstrap(self) -> str:
@@ -290,7 +297,21 @@ class Cluster:
 
     def start(self) -> float:
         """Starts every node; seconds until all are ready and Metadata lists every broker
-        and a controller."""
+        and a controller. A node that found a port taken: all again, on new ports."""
+        for attempt in range(START_ATTEMPTS):
+            try:
+                return self._start_once()
+            except CaseError as e:
+                if PORT_TAKEN not in str(e) or attempt == START_ATTEMPTS - 1:
+                    raise
+                log(f"a port was taken between picking and binding ({e}): again, new ports")
+                for n in self.nodes:
+                    n.stop()
+                    shutil.rmtree(n.data_dir, ignore_errors=True)
+                self.nodes = self._make_nodes()
+        raise AssertionError("unreachable")
+
+    def _start_once(self) -> float:
         t0 = time.perf_counter()
         log(f"starting {NODES} nodes: {' '.join(self.nodes[0].command())} ...")
         for n in self.nodes:

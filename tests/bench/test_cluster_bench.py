@@ -86,3 +86,27 @@ def test_an_idle_cluster_s_cpu_per_node(tmp_path: Path) -> None:
         assert all(0 <= n["core_share"] < 2 for n in window["nodes"].values())
         assert all("shard0" in n["cpu_s_by_process"] for n in window["nodes"].values())
     assert res["target_met"]["idle_lt_0_1_core_per_node"] is not None
+
+
+def test_a_cluster_whose_port_was_taken_starts_again_on_new_ports(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another process binds a node RPC port between the bench picking it free and the node
+    binding it (a test beside the bench, as in a CI run): the cluster starts again on new
+    ports instead of failing its case."""
+    import socket
+
+    import bench.cluster_nodes as cluster_nodes
+
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    picks = iter([taken.getsockname()[1]])
+    real = cluster_nodes.free_port
+    monkeypatch.setattr(cluster_nodes, "free_port", lambda: next(picks, None) or real())
+    try:
+        with cluster_nodes.Cluster(case_args(tmp_path)) as cluster:
+            rpc = [n.rpc_port for n in cluster.nodes]
+            assert taken.getsockname()[1] not in rpc
+            assert all(n.alive() for n in cluster.nodes)
+    finally:
+        taken.close()
