@@ -275,8 +275,8 @@ class Partition(LoopActor):
 
     def _waiting(self, message: Any) -> bool:
         """Whether a client message waits: the partition starts, rebuilds its producer state
-        or is offline; a write waits too while this new leader settles its term, and behind
-        the messages held before it (a producer's batches keep their order)."""
+        or is offline; a write waits too behind the messages held before it (a producer's
+        batches keep their order), and while `_ready_for` says so."""
         if type(message) in WAIT_FOR_TERM and self._held:
             return True
         return self._offline or not self._ready_for(message)
@@ -315,8 +315,8 @@ class Partition(LoopActor):
         self._held.hold_first(message)
 
     def retry_held(self) -> None:
-        """Writes held for a new leader's no-op to commit look again (settled now, or
-        refused: it no longer leads), after this turn: a window step may be under way."""
+        """Held writes look again (this new leader settled, or no longer leads: it refuses
+        them), after this turn: a window step may be under way."""
         if self._held and self._serving():
             self.actor_ref.tell(_ReleaseHeld())
 
