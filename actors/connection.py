@@ -348,18 +348,17 @@ class Connection(LoopActor):
         if pending[0] is not slot:
             return
         memory = self._services.memory
-        traced = None
+        traced: list[ProduceTrace] | None = None  # a list only when a traced one is done
         while pending and pending[0].done:
             done = pending.popleft()
             self._encode(done)
             memory.release(done.charged_bytes)
             if done.trace is not None:
-                traced = [*(traced or ()), done.trace]
+                traced = traced or []
+                traced.append(done.trace)
         self._send()
-        if traced is not None:
-            stages = None if metrics is None else metrics.produce_stages
-            for trace in traced:
-                trace.finish(stages)
+        for trace in traced or ():  # after the send: a trace's last stage ends at the socket
+            trace.finish(None if metrics is None else metrics.produce_stages)
         if self._can_read():
             self._resume_reading()
 

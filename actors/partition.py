@@ -47,7 +47,7 @@ from typing import Any, NamedTuple
 
 from actors.log_lifecycle import LogLifecycle
 from actors.partition_flush import FlushDone, Flushes, Synced
-from actors.partition_held import WAIT_FOR_STATE, WAIT_FOR_TERM, HeldMessages
+from actors.partition_held import WAIT_FOR_STATE, WRITES, HeldMessages
 from actors.partition_messages import (
     Delete,
     DeleteRecords,
@@ -277,7 +277,7 @@ class Partition(LoopActor):
         """Whether a client message waits: the partition starts, rebuilds its producer state
         or is offline; a write waits too behind the messages held before it (a producer's
         batches keep their order), and while `_ready_for` says so."""
-        if type(message) in WAIT_FOR_TERM and self._held:
+        if type(message) in WRITES and self._held:
             return True
         return self._offline or not self._ready_for(message)
 
@@ -293,7 +293,7 @@ class Partition(LoopActor):
         producer state, until the leader settles (actors/partition_produce.py)."""
         if not self._serving():
             return False
-        if type(message) not in WAIT_FOR_TERM:
+        if type(message) not in WRITES:
             return True
         appends = self._appends
         if appends.rolling:

@@ -10,7 +10,7 @@ be known) refuses them KAFKA_STORAGE_ERROR.
 
 A replicated partition that has just been elected refuses no write by its producer state
 until an entry of its own term has committed (actors/partition_replication.py, `settling`):
-such a write is held here, first, with the writes (`WAIT_FOR_TERM`) after it, and taken again
+such a write is held here, first, with the writes (`WRITES`) after it, and taken again
 then (actors/partition_produce.py); its reads go on. Until then a batch of an earlier term that
 this leader lacks may yet be elected back by a later leader. OUT_OF_ORDER_SEQUENCE_NUMBER
 answered against this log, for a batch whose predecessor it lacks, makes librdkafka bump the
@@ -41,13 +41,14 @@ from actors.partition_messages import (
 from actors.partition_reads import Warmed
 from wire.errors import ErrorCode
 
-__all__ = ["WAIT_FOR_STATE", "WAIT_FOR_TERM", "HeldMessages", "refuse_held"]
+__all__ = ["WAIT_FOR_STATE", "WRITES", "HeldMessages", "refuse_held"]
 
 # What waits while the partition starts or rebuilds its producer state.
 WAIT_FOR_STATE = frozenset({Produce, Read, ListOffset, EpochEndOffset, PartitionInfo,
                             DeleteRecords, WriteTxnMarker, TransferLeadership, Warmed})
-# The writes that queue behind a write held until this new leader settles (module docstring).
-WAIT_FOR_TERM = frozenset({Produce, WriteTxnMarker})
+# The writes: they queue behind a write held (until this new leader settles, or until the
+# segment it goes to is made: actors/partition_produce.py), keeping a producer's order.
+WRITES = frozenset({Produce, WriteTxnMarker})
 
 
 def refuse_held(message: Any, error: ErrorCode) -> None:

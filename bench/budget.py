@@ -24,13 +24,14 @@ import argparse
 import os
 import time
 import urllib.request
-from collections.abc import Callable
 from contextlib import ExitStack
 from typing import Any
 
+from actors.metrics import PRODUCE_STAGES as STAGES
 from bench.broker import Broker, log, tree_cpu_seconds
 from bench.cluster import PARTITIONS, VALUE_BYTES, Side
 from bench.cluster_nodes import NODES, Cluster
+from bench.measure import liveness
 from bench.report import CaseError, case_failed, finish, header
 
 __all__ = ["BUDGET_CASES"]
@@ -40,7 +41,6 @@ QUICK_RATES = (5_000,)
 TRACE_EVERY = 20  # one request in this many traced: ~tens per second at these rates
 WARM_MESSAGES = 20_000
 QUICK_WARM_MESSAGES = 2_000
-STAGES = ("decode", "route", "append", "flush_wait", "flush", "replicate", "answer")
 
 Scrape = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
@@ -166,7 +166,7 @@ def run_budget(args: argparse.Namespace) -> dict[str, Any]:
                                                 extra_args=traced))
             if not broker.admin_port:
                 raise CaseError("this krill serves no /metrics (no --admin-port)")
-            check = _alive(broker)
+            check = liveness(broker)
             side = Side("krill", broker.bootstrap, 1, lambda: tree_cpu_seconds(broker.pid),
                         check)
             res["one_node_smp"] = broker.smp
@@ -180,13 +180,6 @@ def run_budget(args: argparse.Namespace) -> dict[str, Any]:
     except Exception as e:
         case_failed(res, case, e)
     return finish(res, t0)
-
-
-def _alive(broker: Broker) -> Callable[[], None]:
-    def check() -> None:
-        if not broker.alive():
-            raise CaseError(f"krill died: {broker.log_tail(3)}")
-    return check
 
 
 BUDGET_CASES = {"latency_budget": run_budget}

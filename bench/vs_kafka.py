@@ -46,7 +46,7 @@ from bench.clients import (
 )
 from bench.cluster import PARTITIONS, VALUE_BYTES, Side, median_of, producer_config, range_of
 from bench.cluster_nodes import NODES, Cluster, create_topic
-from bench.measure import ErrorLog, StatsCollector
+from bench.measure import ErrorLog, StatsCollector, liveness
 from bench.peers.kafka import KafkaCluster
 from bench.peers.tansu import Tansu
 from bench.report import CaseError, case_failed, finish, header, ratio
@@ -87,14 +87,10 @@ class _Peer:
 def _krill(stack: ExitStack, args: argparse.Namespace) -> _Peer:
     broker = stack.enter_context(Broker(smp=os.cpu_count() or 1, krill=args.krill,
                                         data_root=args.data_root, keep=args.keep))
-
-    def check() -> None:
-        if not broker.alive():
-            raise CaseError(f"krill died: {broker.log_tail(3)}")
-
     describe = {"broker": "krill", "nodes": 1, "smp": broker.smp, "fsync_per_batch": True}
     return _Peer("krill", describe, broker.bootstrap, 1, lambda: tree_cpu_seconds(broker.pid),
-                 lambda: tree_rss_mib(broker.pid), check, broker.pid, Path(broker.data_dir))
+                 lambda: tree_rss_mib(broker.pid), liveness(broker), broker.pid,
+                 Path(broker.data_dir))
 
 
 def _kafka(stack: ExitStack, args: argparse.Namespace, *, nodes: int, fsync: bool) -> _Peer:

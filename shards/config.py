@@ -188,9 +188,12 @@ class NodeConfig:
         if self.log_cleanup_interval_ms < 1:
             raise ConfigError("log_cleanup_interval_ms must be at least 1, not "
                               f"{self.log_cleanup_interval_ms}")
-        if self.storage_min_free_bytes < 0:
-            raise ConfigError("storage_min_free_bytes must be 0 (no guard) or more, not "
-                              f"{self.storage_min_free_bytes}")
+        for name, zero in (("storage_min_free_bytes", "no guard"),
+                           ("trace_produce_every", "none"),
+                           ("loop_stall_threshold_ms", "no watchdog")):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"{name} must be 0 ({zero}) or more, not "
+                                  f"{getattr(self, name)}")
         if self.pipe_arena_bytes < 0:
             raise ConfigError(f"pipe_arena_bytes must not be negative, not {self.pipe_arena_bytes}")
         for name in ("group_offset_retention_sec", "group_offset_retention_check_ms",
@@ -198,12 +201,6 @@ class NodeConfig:
                      "replica_lag_time_max_ms"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be at least 1, not {getattr(self, name)}")
-        if self.trace_produce_every < 0:
-            raise ConfigError("trace_produce_every must be 0 (none) or more, not "
-                              f"{self.trace_produce_every}")
-        if self.loop_stall_threshold_ms < 0:
-            raise ConfigError("loop_stall_threshold_ms must be 0 (no watchdog) or more, not "
-                              f"{self.loop_stall_threshold_ms}")
         if self.group_initial_rebalance_delay_ms < 0:
             raise ConfigError("group_initial_rebalance_delay_ms must not be negative, not "
                               f"{self.group_initial_rebalance_delay_ms}")

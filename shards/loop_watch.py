@@ -40,6 +40,8 @@ __all__ = ["LoopStats", "LoopWatch"]
 
 log = logging.getLogger(__name__)
 
+_WATCH_PERIOD_MIN_S = 0.001  # the watchdog wakes every half threshold, never more often
+
 
 class LoopStats:
     """What the watch records for the shard's metrics (actors/metrics.py renders none of it
@@ -132,7 +134,7 @@ class LoopWatch:
 
     def _watch(self) -> None:
         run_as_helper()
-        period = max(self._threshold_s / 2, 0.001)
+        period = max(self._threshold_s / 2, _WATCH_PERIOD_MIN_S)
         while not self._stop.wait(period):
             self.check(self._clock())
 

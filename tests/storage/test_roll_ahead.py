@@ -23,6 +23,13 @@ def ahead(log: DiskLog, batch: bytes, epoch: int = EPOCH, now_ms: int = 0):  # t
     return log.roll_ahead(base, base + 1, len(batch), epoch, now_ms)
 
 
+def fill_until_a_roll_is_due(log: DiskLog, batch: bytes) -> int:
+    """Append `batch` until the next one would roll; the offset the roll would start at."""
+    while ahead(log, batch) is None:
+        append(log, batch)
+    return log.next_offset
+
+
 def files(directory: Path, base: int) -> list[str]:
     return sorted(p.name for p in directory.iterdir() if p.name.startswith(f"{base:020d}."))
 
@@ -32,9 +39,7 @@ def test_an_append_that_would_pass_segment_bytes_rolls_ahead_and_goes_to_the_seg
     log = DiskLog.open(tmp_path, SMALL)
     batch = make_batch([1, 1], value_bytes=300)  # two records, ~400 bytes
     assert ahead(log, batch) is None  # an empty segment never rolls
-    while ahead(log, batch) is None:
-        append(log, batch)
-    base = log.next_offset
+    base = fill_until_a_roll_is_due(log, batch)
     job = ahead(log, batch)
     segment = job()  # what the I/O pool runs: the three files made, indexes included
     assert files(tmp_path, base) == [f"{base:020d}.index", f"{base:020d}.log",
@@ -62,9 +67,7 @@ def test_a_new_epoch_rolls_ahead(tmp_path: Path) -> None:
 def test_a_segment_made_for_a_log_that_moved_is_dropped_with_its_files(tmp_path: Path) -> None:
     log = DiskLog.open(tmp_path, SMALL)
     batch = make_batch([1, 1], value_bytes=300)
-    while ahead(log, batch) is None:
-        append(log, batch)
-    base = log.next_offset
+    base = fill_until_a_roll_is_due(log, batch)
     segment = ahead(log, batch)()
     log.truncate(2)  # meanwhile: the log no longer ends where the segment begins
     assert not log.install_segment(segment)
@@ -80,9 +83,7 @@ def test_a_segment_made_for_an_offset_the_log_has_again_keeps_the_live_files(
     the live segment's; only the made segment's fds go."""
     log = DiskLog.open(tmp_path, SMALL)
     batch = make_batch([1, 1], value_bytes=300)
-    while ahead(log, batch) is None:
-        append(log, batch)
-    base = log.next_offset
+    base = fill_until_a_roll_is_due(log, batch)
     segment = ahead(log, batch)()
     append(log, batch)  # rolls inline at `base`, the same file names
     assert log.segment_base_offsets == [0, base]
