@@ -505,11 +505,7 @@ def run_spark_source(args: argparse.Namespace) -> dict[str, Any]:
             res["sides"] = {"krill": {"broker": "krill", "smp": broker.smp},
                             "kafka": kafka.describe()}
             topic = "spark-source"
-            def krill_alive() -> None:
-                if not broker.alive():
-                    raise CaseError(f"krill died: {broker.log_tail(3)}")
-
-            for bootstrap, pid, check in ((broker.bootstrap, broker.pid, krill_alive),
+            for bootstrap, pid, check in ((broker.bootstrap, broker.pid, liveness(broker)),
                                           (kafka.bootstrap, kafka.pids[0], kafka.check)):
                 create_topic(bootstrap, topic, SPARK_PARTITIONS, 1)
                 produce_max(bootstrap, topic, n, value, SPARK_PARTITIONS,
