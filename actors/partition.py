@@ -188,7 +188,7 @@ class Partition(LoopActor):
             trash = claimed.trash
             self.services.read_blocking(lambda: shutil.rmtree(trash, ignore_errors=True),
                                         lambda _r, _e: None)
-        self._log = DiskLog.open(self.directory, self._log_config())
+        self._log = DiskLog.open(self.directory, self._log_config(), self.services.chunks)
         self._producer_state.opened(self._log)  # forgets the snapshots a power loss outlived
         self._flushes.start_recovery_sync()
         self._producer_state.rebuild()

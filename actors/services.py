@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     from actors.metrics import ShardMetrics
     from actors.watermarks import Published, Waiter
+    from storage.appender import ChunkPool
     from storage.free_space import FreeSpaceGuard
 
 __all__ = [
@@ -120,6 +121,8 @@ class Services(Protocol):
     metrics: ShardMetrics | None  # None: `disable_metrics`, record nothing
     # The shard's free-space guard (storage_min_free_bytes); None: no guard (unit tests).
     disk_space: FreeSpaceGuard | None
+    # Direct mode's write memory (storage/appender.py); None: buffered mode.
+    chunks: ChunkPool | None
 
     def topics(self) -> TopicTable:
         """The current topic table snapshot."""

@@ -43,10 +43,13 @@ VS_KAFKA_CASES = ["vs_kafka_throughput", "vs_kafka_latency", "vs_kafka_cluster_l
                   "vs_kafka_end_to_end", "vs_kafka_consume", "vs_kafka_spark_source"]
 # bench/budget.py: where a produce's milliseconds go, stage by stage (1 node, 3 nodes).
 BUDGET_CASES = ["latency_budget"]
+# bench/storage_modes.py: buffered beside direct storage mode, one node.
+STORAGE_MODE_CASES = ["storage_modes"]
 ALL_CASES = [
     "ceilings", *PRODUCE_CASES, "rss_100_partitions", *SHARD_CASES, *GROUP_CASES,
     *RUNNING_CASES, *LIFECYCLE_CASES, *SATURATION_CASES, *SCENARIO_CASES, *RAFT_CASES,
     *CLUSTER_CASES, *SPARK_CASES, *SPARK_WRITER_CASES, *VS_KAFKA_CASES, *BUDGET_CASES,
+    *STORAGE_MODE_CASES,
 ]
 
 
@@ -191,6 +194,10 @@ def main(argv: list[str] | None = None) -> int:
             from bench import budget
 
             emit(budget.BUDGET_CASES[case](args))
+        elif case in STORAGE_MODE_CASES:
+            from bench import storage_modes
+
+            emit(storage_modes.STORAGE_MODE_CASES[case](args))
     log(f"done in {time.monotonic() - t0:.1f}s" + (f"; results in {out_path}" if out_path else ""))
     return 1 if failed else 0
 

@@ -463,6 +463,31 @@ def _loop_and_pools(recorded: list[tuple[str, dict[str, Any]]]) -> Iterator[Metr
     yield _counter_with("krill_reactor_stalls", "Turns of the shard's loop that ran "
                         "loop_stall_threshold_ms or longer (Seastar's reactor stalls)",
                         ["shard"], stalls)
+    yield from _direct_chunks(recorded)
+
+
+def _direct_chunks(recorded: list[tuple[str, dict[str, Any]]]) -> Iterator[Metric]:
+    """Direct mode's chunk pools (storage/appender.py), one per shard."""
+    pools = [(shard, m["chunks"]) for shard, m in recorded if m.get("chunks")]
+    if not pools:
+        return
+    chunks = GaugeMetricFamily("krill_storage_direct_chunks", "Chunks of a shard's write "
+                               "memory, by state (free: neither unwritten bytes nor cache)",
+                               labels=["state", "shard"])
+    for shard, pool in pools:
+        chunks.add_metric(["all", shard], pool["chunks"])
+        chunks.add_metric(["free", shard], pool["free"])
+    yield chunks
+    yield _counter_with("krill_storage_direct_overflow_chunks", "Chunks made beyond "
+                        "direct_memory_bytes: every chunk held bytes not yet written",
+                        ["shard"], [([shard], pool["overflow"]) for shard, pool in pools])
+    yield _counter_with("krill_storage_direct_evictions", "Written chunks taken back from "
+                        "the cache for new bytes", ["shard"],
+                        [([shard], pool["evictions"]) for shard, pool in pools])
+    yield _counter_with("krill_storage_direct_reads", "Reads of direct-mode segments: from "
+                        "the chunks in memory (hit) or from the file (miss)", ["result", "shard"],
+                        [([result, shard], pool[key]) for shard, pool in pools
+                         for result, key in (("hit", "cache_hits"), ("miss", "cache_misses"))])
 
 
 _LIFECYCLE_COUNTERS = (

@@ -106,6 +106,12 @@ def build_parser(
     start.add_argument("--storage-min-free-bytes", type=int, metavar="BYTES",
                        help="refuse produces while the data disk has less free than this "
                             "(default 1 GiB; 0: no guard)")
+    start.add_argument("--storage-mode", choices=("buffered", "direct"),
+                       help="buffered: writes through the page cache (default); direct: "
+                            "O_DIRECT writes from the shard's own memory, off the loop")
+    start.add_argument("--direct-memory-bytes", type=int, metavar="BYTES",
+                       help="direct mode: each shard's write memory and cache of recent "
+                            "batches (default 64 MiB)")
     start.add_argument("--enable-failure-injection", action="store_const", const=True,
                        help="allow the admin API's /v1/failure-probes (tests, scenarios)")
     start.add_argument("--loop-stall-threshold-ms", type=int, metavar="MS",

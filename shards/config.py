@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shards import limits
+from storage import limits as storage_limits
 
 __all__ = [
     "ConfigError",
@@ -45,7 +46,7 @@ DAY_MS = 24 * 60 * 60 * 1000
 
 ENV_PREFIX = "KRILL_"
 LOG_LEVELS = ("trace", "debug", "info", "warning", "error", "critical")
-STORAGE_MODES = ("buffered",)  # "direct" (O_DIRECT, DESIGN.md §6) is not built yet
+STORAGE_MODES = ("buffered", "direct")  # page cache, or O_DIRECT (storage/appender.py)
 
 # Keys a node will take once the work behind them is built; until then naming one is an error
 # (key -> why). Empty now; kept so the next such key is refused the same way.
@@ -154,6 +155,8 @@ class NodeConfig:
     # long is forgotten (its producer id with it).
     transactional_id_expiration_ms: int = 7 * 24 * 3600 * 1000
     storage_mode: str = "buffered"  # "buffered" (page cache) or "direct" (O_DIRECT)
+    # Direct mode: each shard's write memory and cache of recent batches (storage/appender.py).
+    direct_memory_bytes: int = storage_limits.direct_memory_bytes_default
     # Produces are refused (KAFKA_STORAGE_ERROR) while the data disk has less free than this
     # (Redpanda's name; storage/free_space.py); 0: no guard, writes go until ENOSPC.
     storage_min_free_bytes: int = limits.storage_min_free_bytes
@@ -213,10 +216,13 @@ class NodeConfig:
         if self.log_level not in LOG_LEVELS:
             raise ConfigError(
                 f"log_level must be one of {', '.join(LOG_LEVELS)}, not {self.log_level!r}")
-        if self.storage_mode == "direct":
-            raise ConfigError("storage_mode 'direct' (O_DIRECT) is not built yet; use 'buffered'")
         if self.storage_mode not in STORAGE_MODES:
-            raise ConfigError(f"storage_mode must be 'buffered', not {self.storage_mode!r}")
+            raise ConfigError(f"storage_mode must be 'buffered' or 'direct', not "
+                              f"{self.storage_mode!r}")
+        least = 2 * storage_limits.direct_chunk_bytes
+        if self.direct_memory_bytes < least:
+            raise ConfigError(f"direct_memory_bytes must be at least {least} (two chunks), "
+                              f"not {self.direct_memory_bytes}")
         self._check_raft_timing()
         self._check_cluster()
         self._check_overlaps()
@@ -337,6 +343,7 @@ _FIELD_TYPES: dict[str, type] = {
     "group_initial_rebalance_delay_ms": int, "group_offset_retention_sec": int,
     "group_offset_retention_check_ms": int, "transaction_max_timeout_ms": int,
     "transactional_id_expiration_ms": int, "storage_mode": str, "log_level": str,
+    "direct_memory_bytes": int,
     "storage_min_free_bytes": int, "enable_failure_injection": bool,
     "rpc_host": str, "rpc_port": int, "seeds": str, "raft_election_timeout_ms": int,
     "raft_heartbeat_interval_ms": int, "replica_lag_time_max_ms": int,

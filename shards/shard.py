@@ -67,6 +67,8 @@ from shards.shard_topics import TopicsShard
 from shards.stats import StatsEndpoint, failure_probes
 from shards.threads import demote_helper_threads
 from shards.watch import WatchService
+from storage import limits as storage_limits
+from storage.appender import ChunkPool
 from storage.free_space import FreeSpaceGuard
 from wire.frame import SCRATCH_BYTES
 
@@ -124,6 +126,9 @@ class Shard(ClusterShard, TopicsShard):
         )
         self.metrics = None if config.disable_metrics else ShardMetrics()
         self.disk_space = FreeSpaceGuard(config.storage_min_free_bytes)
+        # Direct mode's write memory and cache of recent batches (storage/appender.py).
+        self.chunks = (ChunkPool(storage_limits.direct_chunk_bytes, config.direct_memory_bytes)
+                       if config.storage_mode == "direct" else None)
         # One receive buffer for all this shard's connections: they read one at a time.
         self.frame_scratch = bytearray(SCRATCH_BYTES)
         self._listen_fd = listen_fd
@@ -158,6 +163,8 @@ class Shard(ClusterShard, TopicsShard):
             self.metrics.register("loop", loop_stats.snapshot)
             self.metrics.register("io_pools", lambda: {
                 name: stats.snapshot() for name, stats in pools.items() if stats is not None})
+            if self.chunks is not None:
+                self.metrics.register("chunks", self.chunks.stats)
         self._table = TopicTable()
         self.long_polls = WatchService(shard_id, self.owner_of)
         self._partitions: dict[tuple[str, int], ActorRef[Any]] = {}  # owned here

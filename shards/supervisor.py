@@ -37,6 +37,7 @@ from shards.arena import create_arena_fds
 from shards.config import NodeConfig
 from shards.ports import PortTaken, kafka_listeners, listen_socket, node_rpc_listeners
 from shards.shard_process import setup_logging
+from storage.appender import direct_io_supported
 from storage.partition_dir import TRASH_SUFFIX
 
 __all__ = ["run"]
@@ -48,6 +49,12 @@ def run(config: NodeConfig) -> int:
     setup_logging(config.log_level, None)
     data_dir = Path(config.data_dir)
     data_dir.mkdir(parents=True, exist_ok=True)
+    if config.storage_mode == "direct":
+        refused = direct_io_supported(str(data_dir))
+        if refused is not None:
+            print(f"krill: error: storage_mode direct: {refused}; use storage_mode buffered",
+                  file=sys.stderr)
+            return 1
     lock = _lock_data_dir(data_dir)
     if lock is None:
         print(f"krill: error: data directory {data_dir} is in use by another node", file=sys.stderr)

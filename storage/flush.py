@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from storage import probes
+from storage.appender import WriteJob
 from storage.metadata_file import fsync_directory
 from storage.segment import Segment
 
@@ -21,16 +22,23 @@ __all__ = ["FlushAccounting", "FlushTicket"]
 class FlushTicket:
     """Makes everything below `offset` durable; `run` blocks and touches only its own fds,
     and the directories in `parents` (opened by path: the log's first ticket syncs the entry
-    of the log's own directory in its parent)."""
+    of the log's own directory in its parent). In direct mode it first writes what its
+    segments hold only in memory (`writes`, storage/appender.py), oldest segment first."""
 
-    __slots__ = ("offset", "_fds", "_parents")
+    __slots__ = ("offset", "_fds", "_parents", "writes", "written")
 
-    def __init__(self, offset: int, fds: list[int], parents: Sequence[Path] = ()) -> None:
+    def __init__(self, offset: int, fds: list[int], parents: Sequence[Path] = (),
+                 writes: Sequence[WriteJob] = ()) -> None:
         self.offset = offset
         self._fds = fds
         self._parents = parents
+        self.writes = writes
+        self.written = 0  # how many of `writes` are done (a failure stops part way)
 
     def run(self) -> None:
+        for job in self.writes:
+            job.run()
+            self.written += 1
         for fd in self._fds:
             probes.fdatasync(fd)  # os.fdatasync, unless a failure probe is set
         for directory in self._parents:
@@ -60,8 +68,15 @@ class FlushAccounting:
     def _check_offsets(self) -> None:
         raise NotImplementedError
 
+    @staticmethod
+    def _writes_done(ticket: FlushTicket) -> None:
+        """The ticket is back: its segments' writers learn what reached their files."""
+        for job in ticket.writes[:ticket.written]:
+            job.writer.wrote(job)
+
     def flush_complete(self, ticket: FlushTicket) -> None:
         assert ticket is self._ticket, (ticket, self._ticket)
+        self._writes_done(ticket)
         self._ticket = None
         self._ticket_segments = set()
         durable = ticket.offset
@@ -74,6 +89,7 @@ class FlushAccounting:
         """The ticket's run raised: cut the log back to `flushed_offset` (storage/log.py's
         module docstring). Raises OSError if even the cut fails: the files cannot be trusted."""
         assert ticket is self._ticket, (ticket, self._ticket)
+        self._writes_done(ticket)
         self._ticket = None
         self._ticket_failed()
         self._truncated_to = None
@@ -85,6 +101,7 @@ class FlushAccounting:
         or one whose failure stops the log's owner. Nothing moves; the caller takes the log
         offline (or tries again), and the next open recovers it."""
         assert ticket is self._ticket, (ticket, self._ticket)
+        self._writes_done(ticket)
         self._ticket = None
         self._ticket_failed()
         self._truncated_to = None

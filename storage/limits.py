@@ -79,3 +79,13 @@ cleaner_sleep_min_ms = 10
 delete_retention_ms_default = 24 * 3600 * 1000
 min_cleanable_dirty_ratio_default = 0.5
 max_compaction_lag_ms_default = 2**63 - 1
+
+# Direct mode (storage/appender.py): a shard's write memory, in chunks of this size...
+direct_chunk_bytes = 128 * 1024
+# ... and in all (`direct_memory_bytes`, a node setting, defaults to this).
+direct_memory_bytes_default = 64 * 1024 * 1024
+# Blocks reserved ahead of a segment's end (fallocate): the first step, the largest, and how
+# soon a step must be used up for the next to double.
+direct_reserve_min_bytes = 1024 * 1024
+direct_reserve_max_bytes = 32 * 1024 * 1024
+direct_reserve_grow_s = 1.0

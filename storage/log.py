@@ -63,6 +63,7 @@ would return that is not in the page cache raises `NotCached`, naming what to wa
 from __future__ import annotations
 
 import json
+import logging
 import os
 import random
 from bisect import bisect_right
@@ -72,6 +73,7 @@ from pathlib import Path
 from typing import NamedTuple, Protocol
 
 from storage import limits
+from storage.appender import ChunkPool, WriteJob
 from storage.flush import FlushAccounting, FlushTicket
 from storage.header_scan import HeaderScan
 from storage.metadata_file import read_json, write_atomic_at
@@ -82,6 +84,8 @@ from storage.replica import CutTicket, ReplicaAccounting, replicated_batches
 from storage.retention import SegmentSummary
 from storage.segment import BatchInfo, OpenFile, Segment
 from wire.record_batch import BatchHeader, patch_base_offset
+
+log = logging.getLogger("krill.storage")
 
 __all__ = [
     "AppendFailed",
@@ -266,6 +270,16 @@ def needs_roll(
             and now_ms - first_append_ms >= config.segment_ms - jitter_ms)
 
 
+def _unwritten(segment: Segment) -> tuple[int, bytes] | None:
+    """Direct mode: where a segment's file ends for sure, and the bytes after it (in memory
+    only), for a reader off the loop (storage/header_scan.py); None if the file has all."""
+    writer = segment.writer
+    if writer is None or writer.written >= writer.size:
+        return None
+    start = max(writer.written, writer.cache_start)
+    return start, writer.read(start, writer.size - start)
+
+
 def append_result(batches: list[BatchInfo]) -> AppendResult:
     best = max(batches, key=lambda b: b.max_timestamp)  # max() keeps the first of equals
     return AppendResult(batches[0].base_offset, batches[-1].last_offset, best.max_timestamp,
@@ -273,11 +287,15 @@ def append_result(batches: list[BatchInfo]) -> AppendResult:
 
 
 class DiskLog(FlushAccounting, ReplicaAccounting):
-    """The buffered-mode log: page cache, os.pwrite, os.fdatasync in flush tickets."""
+    """The segment log: in buffered mode page cache, os.pwrite and os.fdatasync in flush
+    tickets; in direct mode (`chunks`, a shard's ChunkPool) appends go to memory and the
+    flush tickets write them with O_DIRECT first (storage/appender.py)."""
 
-    def __init__(self, directory: Path, config: LogConfig, segments: list[Segment]) -> None:
+    def __init__(self, directory: Path, config: LogConfig, segments: list[Segment],
+                 chunks: ChunkPool | None = None) -> None:
         self.directory = directory
         self.config = config
+        self.chunks = chunks
         self._segments = segments
         self._bases = [s.base_offset for s in segments]
         # Out of the log (truncate, compaction), not yet closed: `take_closable` hands them
@@ -309,13 +327,22 @@ class DiskLog(FlushAccounting, ReplicaAccounting):
         self.cleaner_checkpoint = read_json(directory / CLEANER_FILE, {}).get("offset", 0)
         self._closed = False
         self._serving = False  # reads come from a shard's loop: no kernel readahead
+        self._activate()
 
     @classmethod
-    def open(cls, directory: str | Path, config: LogConfig = LogConfig()) -> DiskLog:  # noqa: B008
+    def open(cls, directory: str | Path, config: LogConfig = LogConfig(),  # noqa: B008
+             chunks: ChunkPool | None = None) -> DiskLog:
         """Open (creating or recovering) the log in `directory`. What recovery kept is not yet
-        counted as flushed: the first flush ticket syncs it (see `_recovery_unsynced`)."""
+        counted as flushed: the first flush ticket syncs it (see `_recovery_unsynced`).
+        `chunks`: direct mode, with the shard's write memory (storage/appender.py)."""
         directory = Path(directory)
-        return cls(directory, config, open_segments(directory, config.index_interval_bytes))
+        return cls(directory, config, open_segments(directory, config.index_interval_bytes),
+                   chunks)
+
+    def _activate(self) -> None:
+        """In direct mode the active segment appends through a DirectWriter."""
+        if self.chunks is not None:
+            self._segments[-1].attach_writer(self.chunks)
 
     def _recovery_unsynced(self, segments: list[Segment]) -> None:
         """A kill -9 leaves what its process wrote in the page cache, where recovery finds it
@@ -351,8 +378,8 @@ class DiskLog(FlushAccounting, ReplicaAccounting):
     def header_scan(self, end_offset: int) -> HeaderScan:
         """The log's batch headers below `end_offset`, to read off the loop while the log
         goes on (storage/header_scan.py)."""
-        return HeaderScan([(s, s.file) for s in self._segments], self.log_start_offset,
-                          end_offset)
+        return HeaderScan([(s, s.file, _unwritten(s)) for s in self._segments],
+                          self.log_start_offset, end_offset)
 
     def directory_fd(self) -> int:
         """A handle of the caller's own on this log's directory, for a job off the loop (the
@@ -506,6 +533,7 @@ class DiskLog(FlushAccounting, ReplicaAccounting):
         self._segments.append(segment)
         self._bases.append(base_offset)
         self._dir_dirty = True
+        self._activate()
 
     def set_config(self, config: LogConfig) -> None:
         """A topic setting changed: the next append rolls (and indexes) by the new values."""
@@ -520,6 +548,12 @@ class DiskLog(FlushAccounting, ReplicaAccounting):
         if self.flushed_offset == self.written_offset:
             return None
         fds = [fd for segment in self._unsynced for fd in segment.take_sync_fds()]
+        writes: list[WriteJob] = []
+        if self.chunks is not None:  # oldest first: a flushed offset never skips a segment
+            for segment in sorted(self._unsynced, key=lambda s: s.base_offset):
+                job = segment.writer.take_write() if segment.writer is not None else None
+                if job is not None:
+                    writes.append(job)
         self._ticket_segments = set(self._unsynced)
         self._unsynced.clear()
         if self._dir_dirty:
@@ -530,7 +564,7 @@ class DiskLog(FlushAccounting, ReplicaAccounting):
         if self._metadata_dirty and self._metadata_fd is not None:
             fds.append(self._metadata_fd)
             self._metadata_dirty = False
-        self._ticket = FlushTicket(self.written_offset, fds, parents)
+        self._ticket = FlushTicket(self.written_offset, fds, parents, writes)
         self._truncated_to = None
         return self._ticket
 
@@ -560,7 +594,7 @@ class DiskLog(FlushAccounting, ReplicaAccounting):
 
     def read(
         self, offset: int, max_bytes: int, max_offset: int, nowait: bool = False
-    ) -> FileSlice | None:
+    ) -> FileSlice | memoryview | None:
         self._check_range(offset)
         max_offset = min(max_offset, self.next_offset)
         if offset >= max_offset:
@@ -569,6 +603,13 @@ class DiskLog(FlushAccounting, ReplicaAccounting):
         first = segment.find(offset, nowait)
         if first is None or first.last_offset >= max_offset:
             return None
+        writer = segment.writer
+        if writer is not None and writer.holds(first.position):
+            return self._read_held(segment, first, max_bytes, max_offset)
+        if writer is not None:  # direct mode: from the file, up to what it holds
+            max_bytes = min(max_bytes, writer.written - first.position)
+            if self.chunks is not None:
+                self.chunks.cache_misses += 1
         end, end_offset = segment.end_position(first.position, max_bytes, max_offset, nowait)
         if end == first.position:  # KIP-74: an oversized first batch goes out alone
             end, end_offset = first.position + first.size, first.next_offset
@@ -579,11 +620,25 @@ class DiskLog(FlushAccounting, ReplicaAccounting):
         return FileSlice(segment.fd, first.position, length, str(segment.log_path), records,
                          segment.inode, segment.file)
 
+    def _read_held(self, segment: Segment, first: BatchHeader, max_bytes: int,
+                   max_offset: int) -> memoryview:
+        """Direct mode: whole batches from `first` that the segment's writer holds in
+        memory (a copy: the chunks are reused once evicted)."""
+        writer = segment.writer
+        assert writer is not None and self.chunks is not None
+        end, _ = segment.end_position(first.position, max_bytes, max_offset)
+        if end == first.position:  # KIP-74, as `read`
+            end = first.position + first.size
+        self.chunks.cache_hits += 1
+        return memoryview(writer.read(first.position, end - first.position))
+
     def read_bytes(
         self, offset: int, max_bytes: int, max_offset: int, nowait: bool = False
     ) -> bytes:
         region = self.read(offset, max_bytes, max_offset, nowait)
-        return b"" if region is None else region.read()
+        if region is None:
+            return b""
+        return bytes(region) if isinstance(region, memoryview) else region.read()
 
     def offset_for_timestamp(
         self, timestamp_ms: int, nowait: bool = False
@@ -677,7 +732,8 @@ class DiskLog(FlushAccounting, ReplicaAccounting):
 
     def sealed_segments(self, end_offset: int) -> list[Segment]:
         """The closed segments wholly below `end_offset`, oldest first (what a clean takes)."""
-        return [s for s in self._segments[:-1] if s.next_offset <= end_offset]
+        return [s for s in self._segments[:-1] if s.next_offset <= end_offset
+                and (s.writer is None or s.writer.unwritten == 0)]  # direct: in the file
 
     def take_closable(self) -> list[Segment]:
         """Segments out of the log whose fds no flush ticket holds: the caller closes them
@@ -725,6 +781,9 @@ class DiskLog(FlushAccounting, ReplicaAccounting):
         self._drop_segments_from(offset)
         active = self._segments[-1]
         active.truncate(offset)
+        if active.writer is not None:
+            active.writer.sealed = False  # active again (a cut through a roll)
+        self._activate()
         self._unsynced.add(active)
         self.next_offset = self.written_offset = active.next_offset
         if self.next_offset < self.log_start_offset and self._holds_no_batch():
@@ -772,6 +831,7 @@ class DiskLog(FlushAccounting, ReplicaAccounting):
         if self._serving:
             no_readahead(segment.fd)
         self._segments, self._bases = [segment], [base_offset]
+        self._activate()
         self.next_offset = self.written_offset = base_offset
         self._cap_flushed()  # and a flush ticket out covers none of the new segment
         self.flushed_offset = base_offset
@@ -794,11 +854,30 @@ class DiskLog(FlushAccounting, ReplicaAccounting):
             return
         assert self._ticket is None, "close() with a flush ticket outstanding"
         self._closed = True
+        if self.chunks is not None:
+            self._write_out()
         for segment in self._segments + self._retired:
             segment.close()
         os.close(self._dir_fd)
         if self._metadata_fd is not None:
             os.close(self._metadata_fd)
+
+    def _write_out(self) -> None:
+        """Direct mode's close: what is only in memory goes to the files (not synced), as a
+        buffered log's appends are in the page cache when it closes, and the active file is
+        cut to its size (nothing left for recovery to cut). Blocks: a stop, not a turn."""
+        try:
+            for segment in self._segments:
+                writer = segment.writer
+                job = writer.take_write() if writer is not None else None
+                if writer is not None and job is not None:
+                    job.run()
+                    writer.wrote(job)
+            active = self._segments[-1].writer
+            if active is not None:
+                active.trim()
+        except OSError as e:  # what no flush covered is lost, as in a crash
+            log.warning("%s: writing out at close failed: %s", self, e)
 
     # Compaction ----------------------------------------------------------------------------
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from storage import limits
+from storage.appender import ChunkPool, DirectWriter
 from storage.index import OffsetIndex, TimeIndex
 from storage.page_cache import read_nowait
 from wire.record_batch import BatchHeader, read_header
@@ -95,6 +96,14 @@ class Segment:
         self.roll_jitter_ms = 0  # rolls this much before segment.ms (segment.jitter.ms)
         self.dirty = False  # log bytes written since the last flush ticket took the fd
         self._bytes_since_index = 0
+        # Direct mode (storage/appender.py): where appends go, and recent bytes are read
+        # from; None in buffered mode, and for a segment that took no append since open.
+        self.writer: DirectWriter | None = None
+
+    def attach_writer(self, pool: ChunkPool) -> None:
+        """From now on appends go through a DirectWriter (direct mode's active segment)."""
+        if self.writer is None:
+            self.writer = DirectWriter(pool, str(self.log_path), self.size, self.fd)
 
     def __repr__(self) -> str:
         return f"Segment({self.base_offset}..{self.next_offset}, {self.size} bytes)"
@@ -114,6 +123,9 @@ class Segment:
     def header_at(self, position: int, nowait: bool = False) -> BatchHeader:
         assert 0 <= position < self.size, (self, position)
         size = limits.batch_header_bytes
+        writer = self.writer
+        if writer is not None and writer.holds(position):
+            return header_at_position(read_header(writer.read(position, size)), position)
         if nowait:
             data = read_nowait(self.fd, size, position, limits.cold_read_ahead_bytes)
         else:
@@ -203,13 +215,10 @@ class Segment:
         write fails, the file is as it was and the error raised."""
         assert batches and sum(b.size for b in batches) == len(data), (self, batches)
         assert batches[0].base_offset >= self.next_offset, (self, batches[0])
-        try:
-            _pwrite_all(self.fd, data, self.size)
-        except OSError:
-            # ENOSPC or EIO part way: whatever went in is cut, the file ends with the last
-            # whole batch (a cut needs no free space). If the cut fails too, that raises.
-            os.ftruncate(self.fd, self.size)
-            raise
+        if self.writer is not None:
+            self.writer.append(data)  # to memory: a flush ticket writes it
+        else:
+            self._pwrite(data)
         if self.first_append_ms is None:
             self.first_append_ms = now_ms
         position = self.size
@@ -220,11 +229,22 @@ class Segment:
         self.next_offset = batches[-1].last_offset + 1
         self.dirty = True
 
+    def _pwrite(self, data: memoryview) -> None:
+        try:
+            _pwrite_all(self.fd, data, self.size)
+        except OSError:
+            # ENOSPC or EIO part way: whatever went in is cut, the file ends with the last
+            # whole batch (a cut needs no free space). If the cut fails too, that raises.
+            os.ftruncate(self.fd, self.size)
+            raise
+
     def seal(self) -> None:
         """Record the final max timestamp in the time index: this segment takes no more appends."""
         if self.max_timestamp > self.time_index.last_timestamp:
             relative = self.offset_of_max_timestamp - self.base_offset
             self.time_index.append(self.max_timestamp, relative)
+        if self.writer is not None:
+            self.writer.sealed = True  # its last write cuts the file's padding
 
     def truncate(self, offset: int) -> None:
         """Drop every batch with base offset >= offset (a batch holding `offset` stays)."""
@@ -234,7 +254,10 @@ class Segment:
         cut = header.position if header.base_offset >= offset else header.position + header.size
         if cut == self.size:
             return
-        os.ftruncate(self.fd, cut)
+        if self.writer is not None:
+            self.writer.cut(cut)  # waits for a write of it in flight
+        else:
+            os.ftruncate(self.fd, cut)
         self.size = cut
         self.dirty = True
         if cut == 0:
@@ -260,6 +283,8 @@ class Segment:
         """Close the index fds and let go of the log fd (closed once no FileSlice holds it)."""
         self.index.close()
         self.time_index.close()
+        if self.writer is not None:
+            self.writer.release()
         self.file = None
 
     def delete(self) -> None:

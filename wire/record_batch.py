@@ -40,6 +40,7 @@ __all__ = [
     "patch_base_offset",
     "set_log_append_time",
     "batch_crc",
+    "offsets_spanned",
     "CODEC_MASK",
     "TIMESTAMP_TYPE_BIT",
     "TRANSACTIONAL_BIT",
@@ -140,6 +141,22 @@ def batch_length_at(buf: bytes | bytearray | memoryview, position: int) -> int |
         return None
     _, length = _LENGTH.unpack_from(buf, position)
     return int(length) + LENGTH_PREFIX_BYTES
+
+
+def offsets_spanned(buf: bytes | bytearray | memoryview) -> int:
+    """Offsets the whole batches in `buf` span, from the first one's base offset to the last
+    one's last offset (control records and compacted gaps included): a FileSlice's `records`
+    for bytes read from memory. Walks the length prefixes only."""
+    position, last = 0, None
+    while (size := batch_length_at(buf, position)) is not None and position + size <= len(buf):
+        last = position
+        position += size
+    if last is None:
+        return 0
+    first_base = int.from_bytes(buf[0:8], "big")
+    last_base = int.from_bytes(buf[last:last + 8], "big")
+    delta = int.from_bytes(buf[last + 23:last + 27], "big")
+    return last_base + delta + 1 - first_base
 
 
 def batch_crc(buf: bytes | bytearray | memoryview, header: BatchHeader) -> int:

@@ -40,6 +40,7 @@ from actors.watermarks import Waiter
 from storage import FileSlice
 from wire.errors import ErrorCode
 from wire.messages.fetch import FetchRequest, FetchResponse
+from wire.record_batch import offsets_spanned
 
 FetchableTopicResponse = FetchResponse.FetchableTopicResponse
 PartitionData = FetchResponse.PartitionData
@@ -254,3 +255,5 @@ def _count_fetched(metrics: ShardMetrics, parts: list[Any], results: list[ReadRe
         stats.fetched_bytes += result.size
         if isinstance(records, FileSlice):
             stats.fetched_records += records.records
+        else:  # bytes read from memory (direct mode's chunks), or another shard's answer
+            stats.fetched_records += offsets_spanned(records)

@@ -99,6 +99,7 @@ class Node:
         self.long_polls = WatchService(0, lambda _topic, _index: 0)
         self.metrics = None
         self.disk_space = None
+        self.chunks = None  # buffered mode
         self.hold_io = False
         self.held_io: list[Callable[[], None]] = []
         info = TopicInfo(OFFSETS_TOPIC, TOPIC_ID, PARTITIONS, {"cleanup.policy": "compact"},

@@ -22,7 +22,7 @@ from tests.support.actor_loop import actor_loop, settle
 from tests.support.replicated_partitions import ASKS_MAX, REPLICAS, Address, Cluster
 from wire.errors import ErrorCode
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.timeout(60), pytest.mark.usefixtures("storage_mode")]
 
 ACKS_ALL, ACKS_1 = -1, 1
 LAG_MS = 300  # replica.lag.time.max.ms of these tests' nodes

@@ -44,6 +44,7 @@ class HeldServices:
         self.long_polls = WatchService(0, lambda _topic, _index: 0)
         self.metrics = ShardMetrics()
         self.disk_space = None  # no free-space guard
+        self.chunks = None  # buffered mode
         self.held: list[Callable[[], None]] = []
 
     def run_blocking(self, fn: Callable[[], Any], done: Callable[[Any, Any], None]) -> None:

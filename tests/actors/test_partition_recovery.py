@@ -56,6 +56,7 @@ class HeldIo:
         self.long_polls = WatchService(0, lambda _topic, _index: 0)
         self.metrics = None
         self.disk_space = None
+        self.chunks = None  # buffered mode
         self.immediate = immediate
         self.io: list[Callable[[], None]] = []
         self.reads: list[Callable[[], None]] = []

@@ -18,7 +18,7 @@ from tests.support.actor_loop import actor_loop
 from tests.support.replicated_partitions import REPLICAS, Cluster
 from wire.errors import ErrorCode
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.timeout(60), pytest.mark.usefixtures("storage_mode")]
 
 loop = pytest.fixture(actor_loop)
 

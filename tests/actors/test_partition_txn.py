@@ -55,6 +55,7 @@ class Services:
         self.long_polls = WatchService(0, lambda _topic, _index: 0)
         self.metrics = None
         self.disk_space = None
+        self.chunks = None  # buffered mode
 
     def run_blocking(self, fn: Callable[[], Any], done: Callable[[Any, Any], None]) -> None:
         asyncio.get_event_loop().call_soon(pool_call(fn, done))

@@ -31,7 +31,7 @@ from wire.errors import ErrorCode
 from wire.record_batch import iter_batches
 from wire.records import build_batch
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.timeout(60), pytest.mark.usefixtures("storage_mode")]
 
 PID = 900
 

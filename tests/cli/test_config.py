@@ -155,8 +155,9 @@ def test_validation_errors_are_one_line(flags, env, message):
 @pytest.mark.parametrize(
     "key, value, message",
     [
-        # Keys for work not built yet are refused, with why; never accepted and ignored.
-        ("storage_mode", "direct", r"storage_mode 'direct' \(O_DIRECT\) is not built yet"),
+        # Keys for work not built yet (and values no mode has) are refused, with why.
+        ("storage_mode", "mmap", r"storage_mode must be 'buffered' or 'direct', not 'mmap'"),
+        ("direct_memory_bytes", "4096", "direct_memory_bytes must be at least 262144"),
         ("default_replicas", "3", "default_replicas 3 needs a cluster: set seeds"),
         ("seeds", "127.0.0.1:33145", r"node_id 0 is not one of the seeds \(1\): every node"),
     ],

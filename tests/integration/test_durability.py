@@ -1,7 +1,9 @@
-"""Durability: restarts, kill -9 in the middle of acks=all produce, torn segment tails."""
+"""Durability: restarts, kill -9 in the middle of acks=all produce, torn segment tails; the
+kill -9 and a torn tail in direct storage mode too (storage/appender.py)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -11,6 +13,16 @@ from tests.support.broker import BrokerProcess
 from tests.support.kafka import consume, create_topic, produce
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
+
+
+@pytest.fixture(params=["buffered", "direct"])
+def node(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[BrokerProcess]:
+    """A fresh node of the parametrized storage mode, stopped (or killed) in teardown."""
+    node = BrokerProcess(tmp_path / "data", "--storage-mode", request.param).start()
+    try:
+        yield node
+    finally:
+        node.kill9() if node.alive() else node.stop()
 
 
 def test_restart_keeps_topics_configs_and_records(broker: BrokerProcess) -> None:
@@ -34,7 +46,8 @@ def test_restart_keeps_topics_configs_and_records(broker: BrokerProcess) -> None
     assert admin.describe_configs([resource])[resource].result(15)["retention.ms"].value == "999"
 
 
-def test_kill9_during_acks_all_produce_loses_nothing_acknowledged(broker: BrokerProcess) -> None:
+def test_kill9_during_acks_all_produce_loses_nothing_acknowledged(node: BrokerProcess) -> None:
+    broker = node
     create_topic(broker, "durable", partitions=3)
     with StreamingProducer(broker, "durable", **{"enable.idempotence": True}) as producer:
         producer.wait_for(20_000)
@@ -53,6 +66,18 @@ def _tail_segment(data_dir: Path, topic: str, partition: int) -> Path:
 
 @pytest.mark.parametrize("damage", ["garbage", "cut", "flipped"])
 def test_torn_tail_is_truncated_on_restart(broker: BrokerProcess, damage: str) -> None:
+    _torn_tail(broker, damage)
+
+
+def test_torn_tail_is_truncated_on_restart_in_direct_mode(tmp_path: Path) -> None:
+    node = BrokerProcess(tmp_path / "data", "--storage-mode", "direct").start()
+    try:
+        _torn_tail(node, "cut")
+    finally:
+        node.kill9() if node.alive() else node.stop()
+
+
+def _torn_tail(broker: BrokerProcess, damage: str) -> None:
     create_topic(broker, "torn")
     for i in range(5):  # five separate batches
         produce(broker, "torn", [(None, f"r{i}".encode() * 50, None, 0)], acks="all")

@@ -63,6 +63,7 @@ class FakeShard:
         self.long_polls = WatchService(shard_id, lambda _topic, _index: 1)  # shard 1 owns all
         self.metrics = None  # record nothing (disable_metrics)
         self.disk_space = None  # no free-space guard
+        self.chunks = None  # buffered mode
 
     def local_partition(self, topic: str, index: int) -> Any:
         return self.partitions.get((topic, index))

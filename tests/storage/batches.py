@@ -6,6 +6,8 @@ import struct
 
 import crc32c
 
+from storage.log import FileSlice
+from storage.segment import Segment
 from wire.record_batch import BatchHeader, iter_batches, patch_base_offset, read_header
 
 _AFTER_CRC = struct.Struct(">hiqqqhii")  # attributes .. record count
@@ -83,3 +85,13 @@ def leader_records(
         offset += header.last_offset_delta + 1
         position += header.size
     return records, iter_batches(records)
+
+
+def as_file_slice(region: object, segment: Segment, position: int = 0) -> FileSlice:
+    """`region` as a slice of `segment`'s file: a direct-mode read of recent batches is a
+    copy of the writer's memory, and a test of what a slice's fd does needs the file's."""
+    if isinstance(region, FileSlice):
+        return region
+    assert isinstance(region, memoryview), region
+    return FileSlice(segment.fd, position, len(region), str(segment.log_path), 0,
+                     segment.inode, segment.file)

@@ -1,7 +1,9 @@
-"""DiskLog only: reopen, recovery of torn tails and bad indexes, flush tickets."""
+"""DiskLog only: reopen, recovery of torn tails and bad indexes, flush tickets; each in
+buffered and in direct mode (storage/appender.py)."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import threading
 from pathlib import Path
@@ -12,7 +14,7 @@ from storage import DiskLog, LogConfig
 from tests.storage.batches import batch_of_size, make_batch, make_records
 from wire.record_batch import iter_batches
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.timeout(60), pytest.mark.usefixtures("storage_mode")]
 
 BIG = 1 << 40
 SMALL_SEGMENTS = LogConfig(segment_bytes=5000, index_interval_bytes=300)
@@ -301,11 +303,14 @@ def test_truncate_while_ticket_out_caps_flushed(tmp_path):
     log.close()
 
 
-def test_oversized_first_batch_read_from_disk(tmp_path):
+def test_oversized_first_batch_read_from_disk(tmp_path, storage_mode):
     log = DiskLog.open(tmp_path)
     append(log, batch_of_size(6144), batch_of_size(6144))
     region = log.read(0, 100, BIG)
-    assert region is not None and (region.position, region.length) == (0, 6144)
+    if storage_mode == "direct":  # still in the writer's chunks: a copy of them
+        assert isinstance(region, memoryview) and len(region) == 6144
+    else:
+        assert region is not None and (region.position, region.length) == (0, 6144)
     log.close()
 
 
@@ -318,17 +323,22 @@ def _failing_pwrite(monkeypatch: pytest.MonkeyPatch, after_bytes: int, err: int)
     left = [after_bytes]
 
     def pwrite(fd: int, data: memoryview, position: int) -> int:
-        if left[0] <= 0:
-            raise OSError(err, os.strerror(err))
         take = min(len(data), left[0])
+        if fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_DIRECT:
+            take -= take % 4096  # O_DIRECT writes whole blocks, from aligned memory
+        if take <= 0:
+            raise OSError(err, os.strerror(err))
         left[0] -= take
-        return real(fd, bytes(data[:take]), position)
+        return real(fd, memoryview(data)[:take], position)
 
     monkeypatch.setattr(segment_module.os, "pwrite", pwrite)
 
 
 @pytest.mark.parametrize("written_bytes", [0, 700, 2500])
-def test_a_write_that_fails_part_way_is_undone(tmp_path, monkeypatch, written_bytes):
+def test_a_write_that_fails_part_way_is_undone(tmp_path, monkeypatch, written_bytes,
+                                               storage_mode):
+    """Buffered: the append's pwrite fails, the append is undone. Direct: the append goes to
+    memory, the flush's write fails, and the flush's failure cuts the log back the same."""
     import errno
 
     from storage.log import AppendFailed
@@ -340,11 +350,22 @@ def test_a_write_that_fails_part_way_is_undone(tmp_path, monkeypatch, written_by
     sizes = {p.name: p.stat().st_size for p in segment_files(tmp_path, ".log")}
     _failing_pwrite(monkeypatch, written_bytes, errno.ENOSPC)
     batches = [make_batch([2000 + i], value_bytes=600) for i in range(4)]
-    with pytest.raises(AppendFailed) as failure:
+    if storage_mode == "direct":
         append(log, *batches)
-    assert failure.value.error.errno == errno.ENOSPC
+        with pytest.raises(OSError) as failed:
+            log.flush()
+        assert failed.value.errno == errno.ENOSPC
+        assert (log.next_offset, log.written_offset, log.flushed_offset) == (end, end, end)
+        assert log.segment_base_offsets == bases and everything(log) == before
+        peek = DiskLog.open(tmp_path)  # what a crash now would recover: no failed batch
+        assert everything(peek) == before
+        peek.close()
+    else:
+        with pytest.raises(AppendFailed) as failure:
+            append(log, *batches)
+        assert failure.value.error.errno == errno.ENOSPC
+        assert {p.name: p.stat().st_size for p in segment_files(tmp_path, ".log")} == sizes
     assert (log.next_offset, log.written_offset, log.segment_base_offsets) == (end, end, bases)
-    assert {p.name: p.stat().st_size for p in segment_files(tmp_path, ".log")} == sizes
     assert everything(log) == before
     monkeypatch.undo()  # room again: the same append goes in at the same offsets
     assert append(log, *batches).base_offset == end

@@ -13,7 +13,7 @@ import pytest
 from storage import DiskLog, FlushTicket, Log, LogConfig, MemoryLog, OffsetOutOfRange
 from tests.storage.batches import make_batch, make_records
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.timeout(60), pytest.mark.usefixtures("storage_mode")]
 
 SEEDS = [int(os.environ["KRILL_FUZZ_SEED"])] if "KRILL_FUZZ_SEED" in os.environ else range(12)
 STEPS = 400

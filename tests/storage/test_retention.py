@@ -10,9 +10,9 @@ import pytest
 
 from storage import DiskLog, LogConfig, OffsetOutOfRange
 from storage.retention import SegmentSummary, deletable_prefix
-from tests.storage.batches import batch_of_size, make_records
+from tests.storage.batches import as_file_slice, batch_of_size, make_records
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.timeout(60), pytest.mark.usefixtures("storage_mode")]
 
 HOUR_MS = 3_600_000
 NOW_MS = 100 * HOUR_MS
@@ -121,8 +121,7 @@ def test_log_start_set_by_delete_records_survives_reopening(tmp_path: Path) -> N
 
 def test_a_slice_keeps_its_file_open_after_the_segment_goes(tmp_path: Path) -> None:
     log = filled_log(tmp_path, 1)
-    region = log.read(0, 1 << 20, log.next_offset)
-    assert region is not None
+    region = as_file_slice(log.read(0, 1 << 20, log.next_offset), log._segments[0])
     (segment,) = log.remove_head(1)
     segment.mark_deleted()
     segment.delete_marked()

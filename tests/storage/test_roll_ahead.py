@@ -6,8 +6,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from storage import DiskLog, LogConfig
 from tests.storage.batches import make_batch, make_records
+
+pytestmark = [pytest.mark.timeout(60), pytest.mark.usefixtures("storage_mode")]
 
 SMALL = LogConfig(segment_bytes=2000, index_interval_bytes=300)
 EPOCH = 3

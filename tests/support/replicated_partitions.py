@@ -26,6 +26,7 @@ from actors.raft import Message
 from actors.services import BrokerSettings
 from actors.topic_config import TopicSettings
 from shards.watch import WatchService
+from storage.appender import ChunkPool
 from tests.support.actor_loop import settle
 from tests.support.io_pool import pool_call
 from wire.record_batch import iter_batches
@@ -124,12 +125,14 @@ class Raft:
 
 
 class Services:
-    def __init__(self, address: Address, net: Net, data_dir: Path, lag_ms: int) -> None:
+    def __init__(self, address: Address, net: Net, data_dir: Path, lag_ms: int,
+                 storage_mode: str = "buffered") -> None:
         self.settings = BrokerSettings(address[0], "127.0.0.1", 9092, str(data_dir), "c",
                                        replica_lag_time_max_ms=lag_ms)
         self.long_polls = WatchService(0, lambda _topic, _index: 0)
         self.metrics = None
         self.disk_space = None
+        self.chunks = ChunkPool(64 * 1024, 1 << 20) if storage_mode == "direct" else None
         self.raft = Raft(address, net, data_dir / "raft", self.run_blocking)
         self.io_delay_s = 0.0  # a slow disk: each I/O call returns this much later
 
@@ -144,14 +147,18 @@ class Services:
 
 class Cluster:
     """The three replicas of "t-0" with `settings` (default: plain), each node's
-    replica.lag.time.max.ms `lag_ms`."""
+    replica.lag.time.max.ms `lag_ms`, each node's storage in `storage_mode` (the
+    `storage_mode` fixture of tests/actors/conftest.py sets it for a module's tests)."""
+
+    storage_mode = "buffered"
 
     def __init__(self, loop: asyncio.AbstractEventLoop, tmp_path: Path,
                  settings: TopicSettings | None = None, lag_ms: int = 30_000) -> None:
         self.loop = loop
         self.net = Net(loop)
         self.settings = settings or TopicSettings(1 << 30, 1 << 40, 1 << 20, False, False)
-        self.services = {a: Services(a, self.net, tmp_path / f"node{a[0]}", lag_ms)
+        self.services = {a: Services(a, self.net, tmp_path / f"node{a[0]}", lag_ms,
+                                     self.storage_mode)
                          for a in REPLICAS}
         for address in REPLICAS:
             self.start(address)

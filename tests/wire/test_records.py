@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from wire.compression import CODECS
 from wire.errors import DecodeError
-from wire.record_batch import iter_batches, read_header
+from wire.record_batch import iter_batches, offsets_spanned, read_header
 from wire.records import Record, build_batch, decode_batch, iter_records
 
 pytestmark = pytest.mark.timeout(60)
@@ -101,6 +101,17 @@ def test_offset_gaps_inside_a_batch_are_kept() -> None:
     batch[second] = 10  # zigzag 5
     refresh_crc(batch)
     assert [r.offset for r in decode_batch(batch)[1]] == [100, 105]
+
+
+def test_offsets_spanned_by_whole_batches() -> None:
+    first = build_batch([(b"a", b"", ()), (b"b", b"", ())], base_offset=100)
+    second = build_batch([(b"c", b"", ())] * 3, base_offset=110)  # a gap of 8 (compaction)
+    both = bytes(first + second)
+    assert offsets_spanned(both) == 113 - 100
+    assert offsets_spanned(memoryview(both)) == 13
+    assert offsets_spanned(bytes(first)) == 2
+    assert offsets_spanned(both[:-5]) == 2  # a partial batch at the end is not counted
+    assert offsets_spanned(b"") == 0
 
 
 # Hostile bytes ---------------------------------------------------------------------------
