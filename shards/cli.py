@@ -122,6 +122,18 @@ def build_parser(
                             "(krill_produce_stage_seconds; default 0: none)")
     start.set_defaults(func=start_command)
 
+    tuning = commands.add_parser(
+        "tune", help="check the kernel settings a node's latency depends on (--apply: set them)")
+    tuning.add_argument("--data-dir", metavar="DIR", default="data",
+                        help="the node's data directory: its disk is checked (default ./data)")
+    tuning.add_argument("--storage-mode", choices=("buffered", "direct"), default="buffered",
+                        help="the node's storage mode: buffered adds vm.dirty_* (default)")
+    tuning.add_argument("--apply", action="store_true",
+                        help="set what is off, where this machine lets us; say what it did not")
+    tuning.add_argument("--sysroot", metavar="DIR", default="/",
+                        help="where /sys and /proc are (default /; tests use a tree of theirs)")
+    tuning.set_defaults(func=tune_command)
+
     add_topic_commands(commands)
     add_group_commands(commands)
     add_cluster_commands(commands)
@@ -148,6 +160,23 @@ def start_command(args: argparse.Namespace) -> int:
     from shards import supervisor  # the node runtime: heavy, and only `start` needs it
 
     return supervisor.run(config)
+
+
+def tune_command(args: argparse.Namespace) -> int:
+    """One line per setting; exit 1 while one is off (after --apply: one it could not set)."""
+    from pathlib import Path
+
+    from shards import tune
+
+    root = Path(args.sysroot)
+    if not (root / "proc").is_dir() or not (root / "sys").is_dir():
+        raise UsageError(f"--sysroot {root} has no proc/ and sys/")
+    data_dir = Path(args.data_dir).absolute()
+    check = tune.apply_all if args.apply else tune.check_all
+    results = check(data_dir, args.storage_mode, root)
+    for result in results:
+        print(tune.format_result(result))
+    return EXIT_RUNTIME if any(r.ok is False for r in results) else 0
 
 
 def _fail(message: str, code: int) -> int:

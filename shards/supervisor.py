@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import IO, NamedTuple
 
 from actors.controller import load_cluster_id
-from shards import limits
+from shards import limits, tune
 from shards.admin import AdminServer, Node
 from shards.arena import create_arena_fds
 from shards.config import NodeConfig
@@ -66,6 +66,7 @@ def run(config: NodeConfig) -> int:
         lock.close()
         return 1
     _remove_trash(data_dir)
+    tune.log_off_settings(data_dir, config.storage_mode)  # once each (`krill tune`)
     shards = config.smp
     cores = sorted(os.sched_getaffinity(0))
     load_cluster_id(data_dir)  # made once, before any shard reads it

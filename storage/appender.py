@@ -39,7 +39,8 @@ A cut (a truncation, a flush failure's cut-back) and a write in flight: each wri
 that a job holds while it writes and a cut holds while it cuts. A cut moves the writer's
 generation; a job made before it writes nothing above the lowest cut since (so no cut batch
 comes back from a write that started before the cut but ran after it), and a job that wrote
-before it is cut back by it.
+before it is cut back by it. A cut into bytes no longer held (their chunks evicted) reads the
+cut's block back from the file: the next write rewrites that block whole.
 """
 
 from __future__ import annotations
@@ -210,6 +211,7 @@ class DirectWriter:
         partial block at the end, which the first write rewrites."""
         self.pool = pool
         self.path = path
+        self._read_fd = read_fd  # the segment's own, open as long as the segment (and we)
         self.fd = os.open(path, os.O_WRONLY | os.O_DIRECT)
         self.size = size  # bytes appended
         self.written = size  # bytes the file holds (below: not needed in memory)
@@ -225,14 +227,20 @@ class DirectWriter:
         self._reserved = size  # the file has blocks up to here (fallocate)
         self._step = limits.direct_reserve_min_bytes
         self._step_since = time.monotonic()
-        c = pool.chunk_bytes
-        k = size // c
-        if size % c:  # the chunk holding the end, read back: its blocks are rewritten
-            chunk = self._chunks[k] = pool.take()
-            self._low = k
-            data = os.pread(read_fd, size - k * c, k * c)
-            chunk.view[:len(data)] = data
-        self._queued = k
+        self._queued = size // pool.chunk_bytes
+        self._read_back(size)
+
+    def _read_back(self, end: int) -> None:
+        """The file's bytes of the chunk holding `end`, up to it, into a chunk (unless held):
+        the next write starts at `end`'s block and rewrites it whole."""
+        c = self.pool.chunk_bytes
+        k, within = divmod(end, c)
+        if not within or k in self._chunks:
+            return
+        chunk = self._chunks[k] = self.pool.take()
+        self._low = None
+        data = os.pread(self._read_fd, within, k * c)
+        chunk.view[:len(data)] = data
 
     def __repr__(self) -> str:
         return (f"DirectWriter({self.path}, size={self.size}, written={self.written}, "
@@ -313,9 +321,15 @@ class DirectWriter:
             self._finished = True
         self._queue_written()
 
+    def _evictable_end(self) -> int:
+        """Chunks wholly below this may be evicted: those written, and a finished (sealed,
+        written) segment's last one too, which nothing will append to."""
+        c = self.pool.chunk_bytes
+        return -(-self.written // c) * c if self._finished else self.written
+
     def _queue_written(self) -> None:
         c = self.pool.chunk_bytes
-        while (self._queued + 1) * c <= self.written:
+        while (self._queued + 1) * c <= self._evictable_end():
             chunk = self._chunks.get(self._queued)
             if chunk is not None:
                 self.pool.written(self, self._queued, chunk)
@@ -323,7 +337,8 @@ class DirectWriter:
 
     def forget(self, k: int, chunk: Chunk) -> bool:
         """The pool takes chunk `k` back (eviction); False if it is not ours any more."""
-        if self._chunks.get(k) is not chunk or (k + 1) * self.pool.chunk_bytes > self.written:
+        if self._chunks.get(k) is not chunk or (
+                (k + 1) * self.pool.chunk_bytes > self._evictable_end()):
             return False
         # Only the lowest chunk goes: what is held stays one range.
         if self.cache_start != k * self.pool.chunk_bytes:
@@ -352,6 +367,7 @@ class DirectWriter:
             for kk in [kk for kk in self._chunks if kk * c >= position]:
                 self.pool.give(self._chunks.pop(kk))
             self._low = None
+            self._read_back(position)  # a cut below what is held (evicted chunks)
             self._reserved = position  # a cut frees the blocks past the end
             self._finished = False
             self.sealed = False

@@ -72,8 +72,13 @@ def kafka_java(main_class: str, *args: str, heap_mib: int = 256,
 
 
 def _cluster_id() -> str:
-    """A KRaft cluster id: 16 random bytes, URL-safe base64 without padding."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    """A KRaft cluster id: 16 random bytes, URL-safe base64 without padding; never one that
+    starts with '-', which kafka-storage's argument parser takes for a flag (Kafka's own
+    Uuid.randomUuid draws again for the same reason): 1 run in 64 failed so."""
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
 
 
 class _Node:

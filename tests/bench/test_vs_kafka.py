@@ -39,6 +39,15 @@ def test_the_peers_are_fetched_into_the_cache() -> None:
     assert tansu_binary().stat().st_mode & 0o111
 
 
+def test_a_kafka_cluster_id_never_starts_like_a_flag(monkeypatch: pytest.MonkeyPatch) -> None:
+    from bench.peers import kafka
+
+    drawn = iter([b"\xf8" + bytes(15), b"\x00" * 16])  # base64 "-A..." first, then "AAA..."
+    monkeypatch.setattr(kafka.uuid, "uuid4", lambda: type("U", (), {"bytes": next(drawn)}))
+    cluster_id = kafka._cluster_id()
+    assert cluster_id == "A" * 22  # the draw that began with '-' was drawn again
+
+
 def test_throughput_beside_kafka_and_tansu(tmp_path: Path) -> None:
     res = run_throughput(case_args(tmp_path, rounds=2, messages=2_000))
 
@@ -78,7 +87,9 @@ def test_latency_of_three_nodes_beside_a_kafka_cluster(tmp_path: Path) -> None:
     assert set(res["sides"]) == {"krill", "kafka_fsync"}
     assert res["sides"]["kafka_fsync"]["nodes"] == res["sides"]["krill"]["nodes"] == 3
     assert res["sides"]["krill"]["fixed_rate"]["5000"]["rounds"][0]["messages"] > 0
-    assert "5000" in res["krill_over_kafka_fsync_p99_by_rate"]
+    # Compared where Kafka's cluster held the rate (on two loaded cores it may not, in 0.5 s).
+    held = res["sides"]["kafka_fsync"]["fixed_rate"]["5000"]["held"]
+    assert ("5000" in res["krill_over_kafka_fsync_p99_by_rate"]) == bool(held), res["sides"]
 
 
 def test_end_to_end_latency_beside_kafka_and_tansu(tmp_path: Path) -> None:

@@ -1,5 +1,6 @@
 """Durability: restarts, kill -9 in the middle of acks=all produce, torn segment tails; the
-kill -9 and a torn tail in direct storage mode too (storage/appender.py)."""
+kill -9 in direct storage mode too (storage/appender.py; its torn tails are
+tests/storage/test_disk_log.py's, in both modes)."""
 
 from __future__ import annotations
 
@@ -67,14 +68,6 @@ def _tail_segment(data_dir: Path, topic: str, partition: int) -> Path:
 @pytest.mark.parametrize("damage", ["garbage", "cut", "flipped"])
 def test_torn_tail_is_truncated_on_restart(broker: BrokerProcess, damage: str) -> None:
     _torn_tail(broker, damage)
-
-
-def test_torn_tail_is_truncated_on_restart_in_direct_mode(tmp_path: Path) -> None:
-    node = BrokerProcess(tmp_path / "data", "--storage-mode", "direct").start()
-    try:
-        _torn_tail(node, "cut")
-    finally:
-        node.kill9() if node.alive() else node.stop()
 
 
 def _torn_tail(broker: BrokerProcess, damage: str) -> None:

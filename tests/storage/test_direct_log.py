@@ -252,3 +252,38 @@ def test_the_pool_forgets_chunks_given_back_so_its_queue_stays_bounded(tmp_path:
         log.close()
         assert len(pool._written) <= 2 * pool.count + 1
     assert pool.free == pool.count and pool.evictions == 0
+
+
+def test_a_sealed_segment_lets_its_last_chunk_go(tmp_path: Path) -> None:
+    """Each 3000-byte segment holds a part of one chunk: once sealed and written, that chunk
+    is cache like any other, or the pool would fill with sealed segments' tails."""
+    pool = ChunkPool(8192, 4 * 8192)
+    log = DiskLog.open(tmp_path, LogConfig(segment_bytes=3000), pool)
+    for i in range(60):
+        append(log, batch(i, size=900))
+        log.flush()
+    assert len(log.segment_base_offsets) > 20
+    assert pool.overflow == 0 and pool.evictions > 0
+    assert offsets(log) == list(range(0, 120, 2))
+    log.close()
+
+
+def test_a_cut_into_bytes_no_longer_held_reads_their_block_back(tmp_path: Path) -> None:
+    """A follower cuts deep into its written log, where the chunks were evicted: the next
+    write rewrites the block the cut lies in, so that block is read back from the file
+    first, not taken from a reused chunk's stale bytes."""
+    pool = ChunkPool(8192, 4 * 8192)
+    log = DiskLog.open(tmp_path, chunks=pool)
+    for i in range(40):  # ~40 KiB through a 32 KiB pool: the first chunks go
+        append(log, batch(i, size=700))
+        log.flush()
+    assert pool.evictions > 0
+    kept = contents(log)[:5]  # a cut at offset 10: inside the first chunk, not on a block
+    log.truncate(10)
+    append(log, batch(99, size=50))
+    log.flush()
+    expected = contents(log)
+    assert expected[:5] == kept
+    log.close()
+    assert contents(reopened := DiskLog.open(tmp_path)) == expected
+    reopened.close()
