@@ -26,7 +26,9 @@ segment, lower chunks are written first, so what a segment holds stays one range
 `cache_start`..`size`). Chunks not yet written cannot be evicted; if every chunk is such,
 the pool makes one more outside the budget and counts it (`overflow`): then the disk is slower
 than what is produced, and the memory above the budget is what the produce path has taken
-in meanwhile (its own budget, shards/memory.py, bounds that).
+in meanwhile (its own budget, shards/memory.py, bounds that). The pool is the loop's: a
+segment out of the log (retention, a cut, compaction) gives its chunks back on the loop
+(`Segment.release_memory`) before it is closed on an I/O thread.
 
 The file's length: an O_DIRECT write ends on a block boundary, so the file is longer than the
 segment's bytes (zeros, or the start of a batch appended while the write ran) until its last
@@ -223,7 +225,6 @@ class DirectWriter:
         self._cut_floor = size  # the lowest cut since the last job was made
         self.sealed = False
         self._finished = False  # sealed, and its file cut to its size
-        self.closed = False
         self._reserved = size  # the file has blocks up to here (fallocate)
         self._step = limits.direct_reserve_min_bytes
         self._step_since = time.monotonic()
@@ -372,17 +373,22 @@ class DirectWriter:
             self._finished = False
             self.sealed = False
 
-    def release(self) -> None:
-        """The segment is closed: every chunk goes back to the pool, the fd is closed. No job
-        of this writer may be out."""
-        if self.closed:
-            return
-        self.closed = True
-        for chunk in self._chunks.values():
-            self.pool.give(chunk)
-        self._chunks.clear()
+    def release_chunks(self) -> None:
+        """Every chunk goes back to the pool (on the loop: the pool is the loop's); nothing
+        is held or written from here on. No job of this writer may be out."""
+        chunks, self._chunks = list(self._chunks.values()), {}
         self._low = None
-        os.close(self.fd)
+        for chunk in chunks:
+            self.pool.give(chunk)
+
+    def release(self) -> None:
+        """The segment is closed: the fd too (this part may run on an I/O thread, after
+        `release_chunks` on the loop)."""
+        if self._chunks:
+            self.release_chunks()
+        if self.fd >= 0:
+            fd, self.fd = self.fd, -1
+            os.close(fd)
 
     # The I/O thread's side ----------------------------------------------------------------
 
@@ -417,7 +423,7 @@ class DirectWriter:
 
     def trim(self) -> None:
         """At a clean close, everything written: the file ends where the segment does."""
-        if not self.closed and self.written == self.size:
+        if self.fd >= 0 and self.written == self.size:
             with self.lock:
                 self._trim(self.size)
 

@@ -742,6 +742,8 @@ class DiskLog(FlushAccounting, ReplicaAccounting):
             return []
         closable = [s for s in self._retired if s not in self._ticket_segments]
         self._retired = [s for s in self._retired if s in self._ticket_segments]
+        for segment in closable:
+            segment.release_memory()  # here, on the loop: the pool is the loop's
         return closable
 
     def removable_head(self, count: int) -> int:
@@ -768,6 +770,8 @@ class DiskLog(FlushAccounting, ReplicaAccounting):
             self._epochs.advance_start(start, self.next_offset)
             self.log_start_offset = start
             self._dir_dirty = True
+        for segment in removed:
+            segment.release_memory()  # here, on the loop: the pool is the loop's
         return removed
 
     # Truncation and closing ----------------------------------------------------------------

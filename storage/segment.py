@@ -279,8 +279,15 @@ class Segment:
             fds.append(self.fd)
         return fds
 
+    def release_memory(self) -> None:
+        """Direct mode: the writer's chunks go back to the shard's pool. On the loop, before
+        a segment out of the log is closed on an I/O thread (the pool is the loop's)."""
+        if self.writer is not None:
+            self.writer.release_chunks()
+
     def close(self) -> None:
-        """Close the index fds and let go of the log fd (closed once no FileSlice holds it)."""
+        """Close the index fds and let go of the log fd (closed once no FileSlice holds it);
+        in direct mode on the loop, or after `release_memory`."""
         self.index.close()
         self.time_index.close()
         if self.writer is not None:

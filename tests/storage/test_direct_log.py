@@ -287,3 +287,28 @@ def test_a_cut_into_bytes_no_longer_held_reads_their_block_back(tmp_path: Path) 
     log.close()
     assert contents(reopened := DiskLog.open(tmp_path)) == expected
     reopened.close()
+
+
+def test_segments_out_of_the_log_give_their_chunks_back_on_the_loop(tmp_path: Path) -> None:
+    """Retention's and a cut's segments are closed on an I/O thread; their chunks go back to
+    the pool before that, where the loop takes chunks (a chunk given back by a thread while
+    the loop evicts it would have two owners)."""
+    pool = ChunkPool(8192, 64 * 8192)
+    log = DiskLog.open(tmp_path, LogConfig(segment_bytes=3000), pool)
+    for i in range(30):
+        append(log, batch(i))
+    log.flush()
+    held = pool.count - pool.free
+    removed = log.remove_head(log.removable_head(3))
+    assert removed and pool.count - pool.free < held  # given back already
+    assert all(s.writer is not None and not s.writer._chunks for s in removed)
+    closer = threading.Thread(target=lambda: [s.close() for s in removed])
+    closer.start()
+    closer.join(10)
+    log.truncate(log.segment_base_offsets[1])  # the last segments out: retired
+    closable = log.take_closable()
+    assert closable and all(not s.writer._chunks for s in closable if s.writer is not None)
+    for segment in closable:
+        segment.close()
+    log.close()
+    assert pool.free == pool.count
