@@ -34,7 +34,7 @@ from bench.cluster_nodes import NODES, Cluster
 from bench.measure import liveness
 from bench.report import CaseError, case_failed, finish, header
 
-__all__ = ["BUDGET_CASES"]
+__all__ = ["BUDGET_CASES", "scrape", "window_figures"]
 
 RATES = (10_000, 50_000)
 QUICK_RATES = (5_000,)
@@ -45,7 +45,7 @@ QUICK_WARM_MESSAGES = 2_000
 Scrape = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
 
-def _scrape(admin_ports: list[int]) -> Scrape:
+def scrape(admin_ports: list[int]) -> Scrape:
     """Every sample of every node's /metrics, summed over nodes (same name and labels)."""
     from prometheus_client.parser import text_string_to_metric_families
 
@@ -98,7 +98,7 @@ def _ms(seconds: float | None) -> float | None:
     return None if seconds is None else round(seconds * 1000, 3)
 
 
-def _window(before: Scrape, after: Scrape) -> dict[str, Any]:
+def window_figures(before: Scrape, after: Scrape) -> dict[str, Any]:
     stages: dict[str, Any] = {}
     for stage in STAGES:
         b = _buckets(before, after, "krill_produce_stage_seconds", stage=stage)
@@ -135,9 +135,9 @@ def _topology(name: str, side: Side, admin_ports: list[int], rates: tuple[int, .
     out: dict[str, Any] = {}
     for rate in rates:
         side.next_topic()
-        before = _scrape(admin_ports)
+        before = scrape(admin_ports)
         fixed = side.fixed(rate, seconds, value, args)
-        window = _window(before, _scrape(admin_ports))
+        window = window_figures(before, scrape(admin_ports))
         window["client_ms"] = fixed["latency_from_schedule_ms"]
         window["achieved_msgs_per_s"] = fixed["achieved_msgs_per_s"]
         window["broker_cpu_s"] = fixed["broker_cpu_s"]

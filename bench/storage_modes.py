@@ -23,7 +23,7 @@ from contextlib import ExitStack
 from typing import Any
 
 from bench.broker import Broker, log, tree_cpu_seconds
-from bench.budget import _scrape, _window
+from bench.budget import scrape, window_figures
 from bench.cluster import PARTITIONS, VALUE_BYTES, Side, median_of, range_of, ratio
 from bench.measure import liveness
 from bench.report import CaseError, case_failed, finish, header
@@ -92,9 +92,9 @@ def run_storage_modes(args: argparse.Namespace) -> dict[str, Any]:
                 for r, mode in _abba(rounds):
                     side = sides[mode]
                     side.next_topic()
-                    before = _scrape([ports[mode]])
+                    before = scrape([ports[mode]])
                     fixed = side.fixed(rate, seconds, value, args)
-                    window = _window(before, _scrape([ports[mode]]))
+                    window = window_figures(before, scrape([ports[mode]]))
                     window["client_ms"] = fixed["latency_from_schedule_ms"]
                     window["achieved_msgs_per_s"] = fixed["achieved_msgs_per_s"]
                     res[mode]["fixed_rate"].setdefault(str(rate), []).append(window)

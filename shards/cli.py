@@ -18,7 +18,7 @@ from typing import NoReturn
 
 from shards.cli_client import CLIENT_FLAGS_GIVEN, admin_argument, brokers_argument
 from shards.cluster_cli import add_cluster_commands
-from shards.config import LOG_LEVELS, ConfigError, load_config
+from shards.config import LOG_LEVELS, STORAGE_MODES, ConfigError, load_config
 from shards.group_cli import add_group_commands
 from shards.topic_cli import CommandError, add_topic_commands
 
@@ -106,7 +106,7 @@ def build_parser(
     start.add_argument("--storage-min-free-bytes", type=int, metavar="BYTES",
                        help="refuse produces while the data disk has less free than this "
                             "(default 1 GiB; 0: no guard)")
-    start.add_argument("--storage-mode", choices=("buffered", "direct"),
+    start.add_argument("--storage-mode", choices=STORAGE_MODES,
                        help="buffered: writes through the page cache (default); direct: "
                             "O_DIRECT writes from the shard's own memory, off the loop")
     start.add_argument("--direct-memory-bytes", type=int, metavar="BYTES",
@@ -126,7 +126,7 @@ def build_parser(
         "tune", help="check the kernel settings a node's latency depends on (--apply: set them)")
     tuning.add_argument("--data-dir", metavar="DIR", default="data",
                         help="the node's data directory: its disk is checked (default ./data)")
-    tuning.add_argument("--storage-mode", choices=("buffered", "direct"), default="buffered",
+    tuning.add_argument("--storage-mode", choices=STORAGE_MODES, default="buffered",
                         help="the node's storage mode: buffered adds vm.dirty_* (default)")
     tuning.add_argument("--apply", action="store_true",
                         help="set what is off, where this machine lets us; say what it did not")

@@ -24,10 +24,10 @@ source (tsc), each CPU's frequency governor (performance) and, for buffered stor
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 __all__ = ["Setting", "Result", "check_all", "apply_all", "format_result", "log_off_settings"]
@@ -35,7 +35,7 @@ __all__ = ["Setting", "Result", "check_all", "apply_all", "format_result", "log_
 log = logging.getLogger("krill.tune")
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class Result:
     name: str
     current: str | None  # None: this machine does not expose it
@@ -45,7 +45,7 @@ class Result:
     applied: str | None = None  # what --apply did ("set", or why it could not)
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class Setting:
     """A file holding one value; `good(current)` says whether it is as recommended, and
     `value` is what --apply writes."""
@@ -79,14 +79,10 @@ class Setting:
         try:
             (root / self.path).write_text(self.value + "\n")
         except OSError as e:
-            return _with(before, applied=f"could not: {e.strerror or e}")
+            return dataclasses.replace(before, applied=f"could not: {e.strerror or e}")
         after = self.check(root)
-        return _with(after, applied="set" if after.ok else
+        return dataclasses.replace(after, applied="set" if after.ok else
                      f"could not: wrote {self.value!r}, reads {after.current!r}")
-
-
-def _with(result: Result, **changes: object) -> Result:
-    return Result(**{**result.__dict__, **changes})  # type: ignore[arg-type]
 
 
 def _shown(current: str) -> str:
@@ -233,7 +229,7 @@ def check_all(data_dir: Path, storage_mode: str, root: Path = Path("/")) -> list
 
 def apply_all(data_dir: Path, storage_mode: str, root: Path = Path("/")) -> list[Result]:
     return ([s.apply(root) for s in _settings(data_dir, storage_mode, root)]
-            + [_with(r, applied="left as is (irqbalance places interrupts)")
+            + [dataclasses.replace(r, applied="left as is (irqbalance places interrupts)")
                if r.ok is False else r for r in _irq_results(data_dir, root)])
 
 

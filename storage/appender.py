@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import errno
 import mmap
 import os
 import threading
@@ -60,6 +61,11 @@ from storage import limits
 __all__ = ["ALIGN", "ChunkPool", "DirectWriter", "WriteJob", "direct_io_supported"]
 
 ALIGN = 4096  # O_DIRECT's alignment of buffer, position and length (a page; >= the block)
+# A pool has at least this many chunks: one segment's tail being written, one more to fill.
+POOL_CHUNKS_MIN = 2
+# The written-chunks queue is rid of chunks given back meanwhile once it holds this many
+# entries per chunk of the pool (it stays within that bound, and the sweep is rare).
+QUEUE_ENTRIES_PER_CHUNK_MAX = 2
 _FALLOC_FL_KEEP_SIZE = 1
 
 
@@ -113,11 +119,11 @@ class _Libc:
             return False
         if self.fallocate(fd, _FALLOC_FL_KEEP_SIZE, offset, length) == 0:
             return True
-        errno = ctypes.get_errno()
-        if errno in (95, 38):  # EOPNOTSUPP, ENOSYS
+        error = ctypes.get_errno()
+        if error in (errno.EOPNOTSUPP, errno.ENOSYS):
             self.fallocate = None
             return False
-        raise OSError(errno, os.strerror(errno))
+        raise OSError(error, os.strerror(error))
 
 
 _LIBC = _Libc()
@@ -138,7 +144,7 @@ class ChunkPool:
         if chunk_bytes <= 0 or chunk_bytes % ALIGN:
             raise ValueError(f"chunk_bytes must be a positive multiple of {ALIGN}")
         self.chunk_bytes = chunk_bytes
-        self.count = max(budget_bytes // chunk_bytes, 2)
+        self.count = max(budget_bytes // chunk_bytes, POOL_CHUNKS_MIN)
         self._area = mmap.mmap(-1, chunk_bytes * self.count)  # page-aligned, zeroed
         area = memoryview(self._area)
         self._free = [Chunk(area[i * chunk_bytes:(i + 1) * chunk_bytes], True)
@@ -173,7 +179,7 @@ class ChunkPool:
     def written(self, writer: DirectWriter, k: int, chunk: Chunk) -> None:
         """Chunk `k` of `writer` is all in the file: it may be evicted from now on."""
         self._written.append((writer, k, chunk))
-        if len(self._written) > 2 * self.count:  # chunks given back since: forget them
+        if len(self._written) > QUEUE_ENTRIES_PER_CHUNK_MAX * self.count:
             self._written = deque(entry for entry in self._written
                                   if entry[0].holds_chunk(entry[1], entry[2]))
 
@@ -370,8 +376,14 @@ class DirectWriter:
             self._low = None
             self._read_back(position)  # a cut below what is held (evicted chunks)
             self._reserved = position  # a cut frees the blocks past the end
-            self._finished = False
-            self.sealed = False
+
+    def reopen(self) -> None:
+        """The segment takes appends again (a cut dropped the segments after it): no longer
+        sealed, and its last chunk, which a finished segment lets go, is held again."""
+        if self.sealed or self._finished:
+            self.sealed = self._finished = False
+            self._queued = min(self._queued, self.size // self.pool.chunk_bytes)
+            self._read_back(self.size)
 
     def release_chunks(self) -> None:
         """Every chunk goes back to the pool (on the loop: the pool is the loop's); nothing

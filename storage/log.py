@@ -608,8 +608,7 @@ class DiskLog(FlushAccounting, ReplicaAccounting):
             return self._read_held(segment, first, max_bytes, max_offset)
         if writer is not None:  # direct mode: from the file, up to what it holds
             max_bytes = min(max_bytes, writer.written - first.position)
-            if self.chunks is not None:
-                self.chunks.cache_misses += 1
+            writer.pool.cache_misses += 1
         end, end_offset = segment.end_position(first.position, max_bytes, max_offset, nowait)
         if end == first.position:  # KIP-74: an oversized first batch goes out alone
             end, end_offset = first.position + first.size, first.next_offset
@@ -625,11 +624,11 @@ class DiskLog(FlushAccounting, ReplicaAccounting):
         """Direct mode: whole batches from `first` that the segment's writer holds in
         memory (a copy: the chunks are reused once evicted)."""
         writer = segment.writer
-        assert writer is not None and self.chunks is not None
+        assert writer is not None
         end, _ = segment.end_position(first.position, max_bytes, max_offset)
         if end == first.position:  # KIP-74, as `read`
             end = first.position + first.size
-        self.chunks.cache_hits += 1
+        writer.pool.cache_hits += 1
         return memoryview(writer.read(first.position, end - first.position))
 
     def read_bytes(
@@ -785,8 +784,6 @@ class DiskLog(FlushAccounting, ReplicaAccounting):
         self._drop_segments_from(offset)
         active = self._segments[-1]
         active.truncate(offset)
-        if active.writer is not None:
-            active.writer.sealed = False  # active again (a cut through a roll)
         self._activate()
         self._unsynced.add(active)
         self.next_offset = self.written_offset = active.next_offset

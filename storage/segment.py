@@ -247,7 +247,10 @@ class Segment:
             self.writer.sealed = True  # its last write cuts the file's padding
 
     def truncate(self, offset: int) -> None:
-        """Drop every batch with base offset >= offset (a batch holding `offset` stays)."""
+        """Drop every batch with base offset >= offset (a batch holding `offset` stays).
+        The segment is the log's active one after it, sealed before or not."""
+        if self.writer is not None:
+            self.writer.reopen()
         header = self.find(offset)
         if header is None:
             return

@@ -95,3 +95,16 @@ def as_file_slice(region: object, segment: Segment, position: int = 0) -> FileSl
     assert isinstance(region, memoryview), region
     return FileSlice(segment.fd, position, len(region), str(segment.log_path), 0,
                      segment.inode, segment.file)
+
+
+def every_batch(log: object) -> list[bytes]:
+    """Every batch of `log` (a DiskLog or MemoryLog) from its start, read segment by segment
+    as a consumer reads: each batch's bytes, in order."""
+    out: list[bytes] = []
+    offset = log.log_start_offset  # type: ignore[attr-defined]
+    while offset < log.next_offset:  # type: ignore[attr-defined]
+        data = log.read_bytes(offset, 1 << 62, 1 << 62)  # type: ignore[attr-defined]
+        headers = iter_batches(data)
+        out += [data[h.position:h.position + h.size] for h in headers]
+        offset = headers[-1].next_offset
+    return out

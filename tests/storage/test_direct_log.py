@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from storage import DiskLog, FileSlice, LogConfig
-from storage.appender import ALIGN, ChunkPool
-from tests.storage.batches import batch_of_size, make_batch, make_records
-from wire.record_batch import iter_batches
+from storage.appender import ALIGN, QUEUE_ENTRIES_PER_CHUNK_MAX, ChunkPool
+from tests.storage.batches import batch_of_size, every_batch, make_batch, make_records
+from wire.record_batch import read_header
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -33,16 +33,9 @@ def batch(i: int, size: int = 300) -> bytes:
     return make_batch([1000 + i, 1000 + i], value_bytes=size)  # two offsets
 
 
-def offsets(log: DiskLog, start: int = 0) -> list[int]:
-    """Base offsets of every batch from `start`, read as a consumer reads."""
-    out: list[int] = []
-    offset = start
-    while offset < log.next_offset:
-        data = log.read_bytes(offset, BIG, BIG)
-        headers = iter_batches(data)
-        out += [h.base_offset for h in headers]
-        offset = headers[-1].next_offset
-    return out
+def offsets(log: DiskLog) -> list[int]:
+    """Base offsets of every batch, read as a consumer reads."""
+    return [read_header(b).base_offset for b in every_batch(log)]
 
 
 def log_file(directory: Path, base: int = 0) -> Path:
@@ -92,7 +85,7 @@ CRASH = textwrap.dedent("""
     import os, signal, sys
     from storage import DiskLog
     from storage.appender import ChunkPool
-    from tests.storage.batches import batch_of_size, make_batch, make_records
+    from tests.storage.batches import batch_of_size, every_batch, make_batch, make_records
     log = DiskLog.open(sys.argv[1], chunks=ChunkPool(8192, 8 * 8192))
     def append(i):
         records, headers = make_records(make_batch([i, i], value_bytes=700))
@@ -129,18 +122,6 @@ def test_kill_9_keeps_every_flushed_batch_and_recovery_cuts_the_padding(
     log.close()
 
 
-def contents(log: DiskLog) -> list[bytes]:
-    """Every batch's bytes, in order."""
-    out: list[bytes] = []
-    offset = log.log_start_offset
-    while offset < log.next_offset:
-        data = log.read_bytes(offset, BIG, BIG)
-        headers = iter_batches(data)
-        out += [data[h.position:h.position + h.size] for h in headers]
-        offset = headers[-1].next_offset
-    return out
-
-
 @pytest.mark.parametrize("cut_first", [True, False])
 def test_a_cut_and_a_write_in_flight_never_leave_a_cut_batch_in_the_file(
         tmp_path: Path, cut_first: bool) -> None:
@@ -166,13 +147,13 @@ def test_a_cut_and_a_write_in_flight_never_leave_a_cut_batch_in_the_file(
     log.flush_complete(ticket)
     assert log.flushed_offset == 2
     peek = DiskLog.open(tmp_path)  # what a crash now would find
-    found = contents(peek)
+    found = every_batch(peek)
     peek.close()
-    assert found == contents(log)[:len(found)] and len(found) >= 2
+    assert found == every_batch(log)[:len(found)] and len(found) >= 2
     log.flush()
-    expected = contents(log)
+    expected = every_batch(log)
     log.close()
-    assert contents(reopened := DiskLog.open(tmp_path)) == expected
+    assert every_batch(reopened := DiskLog.open(tmp_path)) == expected
     reopened.close()
 
 
@@ -191,7 +172,7 @@ def test_a_cut_waits_for_a_write_running_on_another_thread(tmp_path: Path) -> No
         log.flush_complete(ticket)
         log.flush()
         peek = DiskLog.open(tmp_path)
-        assert contents(peek) == contents(log), round_
+        assert every_batch(peek) == every_batch(log), round_
         peek.close()
     log.close()
 
@@ -250,7 +231,7 @@ def test_the_pool_forgets_chunks_given_back_so_its_queue_stays_bounded(tmp_path:
             append(log, batch_of_size(8192, timestamp=j))
         log.flush()
         log.close()
-        assert len(pool._written) <= 2 * pool.count + 1
+        assert len(pool._written) <= QUEUE_ENTRIES_PER_CHUNK_MAX * pool.count + 1
     assert pool.free == pool.count and pool.evictions == 0
 
 
@@ -278,14 +259,14 @@ def test_a_cut_into_bytes_no_longer_held_reads_their_block_back(tmp_path: Path) 
         append(log, batch(i, size=700))
         log.flush()
     assert pool.evictions > 0
-    kept = contents(log)[:5]  # a cut at offset 10: inside the first chunk, not on a block
+    kept = every_batch(log)[:5]  # a cut at offset 10: inside the first chunk, not on a block
     log.truncate(10)
     append(log, batch(99, size=50))
     log.flush()
-    expected = contents(log)
+    expected = every_batch(log)
     assert expected[:5] == kept
     log.close()
-    assert contents(reopened := DiskLog.open(tmp_path)) == expected
+    assert every_batch(reopened := DiskLog.open(tmp_path)) == expected
     reopened.close()
 
 
@@ -312,3 +293,26 @@ def test_segments_out_of_the_log_give_their_chunks_back_on_the_loop(tmp_path: Pa
         segment.close()
     log.close()
     assert pool.free == pool.count
+
+
+def test_a_sealed_segment_taking_appends_again_reads_its_evicted_tail_back(
+        tmp_path: Path) -> None:
+    """A cut that drops every segment after a sealed one, at its very end, makes it the
+    active one again with nothing of it cut: its last chunk, evicted once it was sealed and
+    written, is read back before the next write rewrites its tail block."""
+    pool = ChunkPool(8192, 4 * 8192)
+    log = DiskLog.open(tmp_path, LogConfig(segment_bytes=3000), pool)
+    for i in range(40):
+        append(log, batch(i, size=900))
+        log.flush()
+    assert pool.evictions > 0
+    second = log.segment_base_offsets[1]
+    kept = every_batch(log)[:offsets(log).index(second)]
+    log.truncate(second)  # the first segment is the active one again, whole
+    append(log, batch(99, size=50))
+    log.flush()
+    expected = every_batch(log)
+    assert expected[:-1] == kept
+    log.close()
+    assert every_batch(reopened := DiskLog.open(tmp_path)) == expected
+    reopened.close()

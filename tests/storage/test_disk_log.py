@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from storage import DiskLog, LogConfig
-from tests.storage.batches import batch_of_size, make_batch, make_records
+from tests.storage.batches import batch_of_size, every_batch, make_batch, make_records
 from wire.record_batch import iter_batches
 
 pytestmark = [pytest.mark.timeout(60), pytest.mark.usefixtures("storage_mode")]
@@ -30,18 +30,6 @@ def fill(log: DiskLog, count: int) -> None:
         append(log, make_batch([1000 + i, 1000 + i], value_bytes=100 + i % 7))  # 2 offsets each
 
 
-def everything(log: DiskLog) -> list[bytes]:
-    """Every batch of the log, read segment by segment."""
-    out: list[bytes] = []
-    offset = log.log_start_offset
-    while offset < log.next_offset:
-        data = log.read_bytes(offset, BIG, BIG)
-        headers = iter_batches(data)
-        out += [data[h.position : h.position + h.size] for h in headers]
-        offset = headers[-1].next_offset
-    return out
-
-
 def segment_files(directory: Path, suffix: str) -> list[Path]:
     return sorted(directory.glob(f"*{suffix}"))
 
@@ -53,17 +41,17 @@ def test_empty_directory_opens_empty_log(tmp_path):
     log.close()
 
 
-def test_close_and_reopen_keeps_everything(tmp_path):
+def test_close_and_reopen_keeps_every_batch(tmp_path):
     log = DiskLog.open(tmp_path, SMALL_SEGMENTS)
     fill(log, 100)
-    before, bases, max_ts = everything(log), log.segment_base_offsets, log.max_timestamp()
+    before, bases, max_ts = every_batch(log), log.segment_base_offsets, log.max_timestamp()
     ts_answer = log.offset_for_timestamp(1050)
     log.close()
     log = DiskLog.open(tmp_path, SMALL_SEGMENTS)
     assert (log.next_offset, log.written_offset, log.flushed_offset) == (200, 200, 0)
     log.flush()  # the recovery sync
     assert log.flushed_offset == 200
-    assert everything(log) == before and log.segment_base_offsets == bases
+    assert every_batch(log) == before and log.segment_base_offsets == bases
     assert log.max_timestamp() == max_ts == (198, 1099)
     assert log.offset_for_timestamp(1050) == ts_answer == (100, 1050)
     assert append(log, make_batch([1])).base_offset == 200
@@ -74,7 +62,7 @@ def reopen_after(tmp_path: Path, damage) -> tuple[DiskLog, list[bytes]]:
     """Write 30 batches, damage the tail segment's file, reopen; also return the batches."""
     log = DiskLog.open(tmp_path, SMALL_SEGMENTS)
     fill(log, 30)
-    batches = everything(log)
+    batches = every_batch(log)
     log.close()
     tail = segment_files(tmp_path, ".log")[-1]
     damage(tail)
@@ -83,7 +71,7 @@ def reopen_after(tmp_path: Path, damage) -> tuple[DiskLog, list[bytes]]:
 
 def test_torn_tail_cut_mid_batch(tmp_path, caplog):
     log, batches = reopen_after(tmp_path, lambda p: os.truncate(p, p.stat().st_size - 50))
-    assert log.next_offset == 58 and everything(log) == batches[:-1]
+    assert log.next_offset == 58 and every_batch(log) == batches[:-1]
     assert "torn batch" in caplog.text
     assert append(log, make_batch([5])).base_offset == 58
     log.close()
@@ -103,7 +91,7 @@ def test_garbage_after_the_last_batch(tmp_path, caplog):
             f.write(b"\x00" * 100 + os.urandom(300))
 
     log, batches = reopen_after(tmp_path, damage)
-    assert log.next_offset == 60 and everything(log) == batches
+    assert log.next_offset == 60 and every_batch(log) == batches
     assert "impossible batch length" in caplog.text
     assert append(log, make_batch([5])).base_offset == 60
     log.close()
@@ -116,7 +104,7 @@ def test_flipped_byte_in_last_batch(tmp_path, caplog):
         path.write_bytes(data)
 
     log, batches = reopen_after(tmp_path, damage)
-    assert log.next_offset == 58 and everything(log) == batches[:-1]
+    assert log.next_offset == 58 and every_batch(log) == batches[:-1]
     assert "CRC-32C mismatch" in caplog.text
     assert append(log, make_batch([5])).base_offset == 58
     assert DiskLog.open(tmp_path / "other").next_offset == 0
@@ -126,14 +114,14 @@ def test_flipped_byte_in_last_batch(tmp_path, caplog):
 def test_corrupt_sealed_segment_drops_what_follows(tmp_path, caplog):
     log = DiskLog.open(tmp_path, SMALL_SEGMENTS)
     fill(log, 100)
-    batches = everything(log)
+    batches = every_batch(log)
     bases = log.segment_base_offsets
     log.close()
     first = segment_files(tmp_path, ".log")[0]
     first.write_bytes(first.read_bytes()[:-10])  # torn: last batch of segment 0
     log = DiskLog.open(tmp_path, SMALL_SEGMENTS)
     assert log.segment_base_offsets == [0]
-    assert log.next_offset == bases[1] - 2 and everything(log) == batches[: bases[1] // 2 - 1]
+    assert log.next_offset == bases[1] - 2 and every_batch(log) == batches[: bases[1] // 2 - 1]
     assert "dropping segments" in caplog.text
     assert len(segment_files(tmp_path, ".index")) == 1
     log.close()
@@ -143,7 +131,7 @@ def test_corrupt_sealed_segment_drops_what_follows(tmp_path, caplog):
 def test_bad_index_is_rebuilt(tmp_path, damage):
     log = DiskLog.open(tmp_path, SMALL_SEGMENTS)
     fill(log, 100)
-    batches = everything(log)
+    batches = every_batch(log)
     log.close()
     index = segment_files(tmp_path, ".index")[1]
     good = index.read_bytes()
@@ -162,7 +150,7 @@ def test_bad_index_is_rebuilt(tmp_path, damage):
         index.write_bytes(good[:-3])
     log = DiskLog.open(tmp_path, SMALL_SEGMENTS)
     assert index.read_bytes() == good and timeindex.read_bytes() == good_time
-    assert everything(log) == batches
+    assert every_batch(log) == batches
     for h in list(log.iter_batch_headers())[::5]:
         assert iter_batches(log.read_bytes(h.last_offset, 1, BIG))[0].base_offset == h.base_offset
     log.close()
@@ -213,10 +201,10 @@ def test_truncate_then_reopen(tmp_path):
     bases = log.segment_base_offsets
     log.truncate(bases[3] + 4)
     fill(log, 3)
-    expected = everything(log)
+    expected = every_batch(log)
     log.close()
     log = DiskLog.open(tmp_path, SMALL_SEGMENTS)
-    assert everything(log) == expected
+    assert every_batch(log) == expected
     assert log.next_offset == bases[3] + 4 + 6
     log.close()
 
@@ -346,7 +334,7 @@ def test_a_write_that_fails_part_way_is_undone(tmp_path, monkeypatch, written_by
     log = DiskLog.open(tmp_path, LogConfig(segment_bytes=3000, index_interval_bytes=300))
     fill(log, 10)  # ~2 KiB: the next append rolls part way (3000-byte segments)
     log.flush()
-    before, bases, end = everything(log), log.segment_base_offsets, log.next_offset
+    before, bases, end = every_batch(log), log.segment_base_offsets, log.next_offset
     sizes = {p.name: p.stat().st_size for p in segment_files(tmp_path, ".log")}
     _failing_pwrite(monkeypatch, written_bytes, errno.ENOSPC)
     batches = [make_batch([2000 + i], value_bytes=600) for i in range(4)]
@@ -356,9 +344,9 @@ def test_a_write_that_fails_part_way_is_undone(tmp_path, monkeypatch, written_by
             log.flush()
         assert failed.value.errno == errno.ENOSPC
         assert (log.next_offset, log.written_offset, log.flushed_offset) == (end, end, end)
-        assert log.segment_base_offsets == bases and everything(log) == before
+        assert log.segment_base_offsets == bases and every_batch(log) == before
         peek = DiskLog.open(tmp_path)  # what a crash now would recover: no failed batch
-        assert everything(peek) == before
+        assert every_batch(peek) == before
         peek.close()
     else:
         with pytest.raises(AppendFailed) as failure:
@@ -366,13 +354,13 @@ def test_a_write_that_fails_part_way_is_undone(tmp_path, monkeypatch, written_by
         assert failure.value.error.errno == errno.ENOSPC
         assert {p.name: p.stat().st_size for p in segment_files(tmp_path, ".log")} == sizes
     assert (log.next_offset, log.written_offset, log.segment_base_offsets) == (end, end, bases)
-    assert everything(log) == before
+    assert every_batch(log) == before
     monkeypatch.undo()  # room again: the same append goes in at the same offsets
     assert append(log, *batches).base_offset == end
     log.flush()
-    after = everything(log)
+    after = every_batch(log)
     log.close()
-    assert everything(reopened := DiskLog.open(tmp_path)) == after
+    assert every_batch(reopened := DiskLog.open(tmp_path)) == after
     reopened.close()
 
 
@@ -384,7 +372,7 @@ def test_a_failed_flush_cuts_the_log_back_to_what_was_durable(tmp_path, monkeypa
     log = DiskLog.open(tmp_path, SMALL_SEGMENTS)
     fill(log, 10)
     log.flush()
-    durable, kept = log.flushed_offset, everything(log)
+    durable, kept = log.flushed_offset, every_batch(log)
     fill(log, 40)  # rolls segments: the cut takes whole segments and part of one
     ticket = log.flush_prepare()
     fill(log, 3)  # appended while the flush runs
@@ -394,14 +382,14 @@ def test_a_failed_flush_cuts_the_log_back_to_what_was_durable(tmp_path, monkeypa
     assert failure.value.errno == errno.EIO
     log.flush_failed(ticket)
     assert (log.flushed_offset, log.written_offset, log.next_offset) == (durable,) * 3
-    assert everything(log) == kept
+    assert every_batch(log) == kept
     monkeypatch.setattr(probes.PROBES, "fdatasync_error", False)
     fill(log, 5)
     log.flush()
-    after = everything(log)
+    after = every_batch(log)
     log.close()
     reopened = DiskLog.open(tmp_path, SMALL_SEGMENTS)
-    assert everything(reopened) == after and reopened.next_offset == durable + 10
+    assert every_batch(reopened) == after and reopened.next_offset == durable + 10
     reopened.close()
 
 
@@ -440,11 +428,11 @@ def test_a_reopened_log_is_flushed_only_once_its_first_ticket_synced_every_file(
     directory = tmp_path / "t-0"
     log = DiskLog.open(directory, SMALL_SEGMENTS)
     fill(log, 60)
-    end, before = log.next_offset, everything(log)
+    end, before = log.next_offset, every_batch(log)
     log.close()
     synced = _synced_paths(monkeypatch)
     log = DiskLog.open(directory, SMALL_SEGMENTS)
-    assert everything(log) == before
+    assert every_batch(log) == before
     assert (log.log_start_offset, log.flushed_offset, log.written_offset) == (0, 0, end)
     assert log.next_offset == end
     ticket = log.flush_prepare()
@@ -468,7 +456,7 @@ def test_a_failed_recovery_sync_cuts_nothing_and_the_next_ticket_syncs_it_all(
 
     log = DiskLog.open(tmp_path, SMALL_SEGMENTS)
     fill(log, 30)
-    end, before = log.next_offset, everything(log)
+    end, before = log.next_offset, every_batch(log)
     log.close()
     log = DiskLog.open(tmp_path, SMALL_SEGMENTS)
     ticket = log.flush_prepare()
@@ -479,7 +467,7 @@ def test_a_failed_recovery_sync_cuts_nothing_and_the_next_ticket_syncs_it_all(
     monkeypatch.setattr(probes.PROBES, "fdatasync_error", False)
     log.flush_abandoned(ticket)  # not flush_failed: the flushed offset is only the start
     assert (log.flushed_offset, log.written_offset, log.next_offset) == (0, end, end)
-    assert everything(log) == before
+    assert every_batch(log) == before
     synced = _synced_paths(monkeypatch)
     log.flush()
     assert log.flushed_offset == end
