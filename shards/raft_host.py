@@ -91,6 +91,7 @@ class RaftHost:
         self.lost: frozenset[Address] = frozenset()
         self.election_timeout_s = election_ticks * tick_s
         self._due: list[Callable[[], None]] = []  # Replicas' work for the end of the turn
+        self._running_due = False  # inside `_run_due`: its sends leave as it ends
         # This turn's messages: target shard -> group -> messages, in send order.
         self._outbox: dict[Any, dict[GroupKey, list[Message]]] = {}
         self._led: dict[GroupKey, LeaderUpdate] = {}
@@ -160,20 +161,25 @@ class RaftHost:
 
     def _run_due(self) -> None:
         due, self._due = self._due, []
-        for fn in due:
-            try:
-                fn()
-            except Exception:  # one group's bug must not stop the others' work
-                log.exception("a Raft group's work failed")
+        self._running_due = True
+        try:
+            for fn in due:
+                try:
+                    fn()
+                except Exception:  # one group's bug must not stop the others' work
+                    log.exception("a Raft group's work failed")
+        finally:
+            self._running_due = False
+        self._flush()  # what the Readies sent leaves now, not a loop turn later
 
     def send(self, key: GroupKey, messages: list[Message]) -> None:
-        """Gathered per target shard until the end of the loop turn: one call carries every
-        group's messages to it (calls/raft.py)."""
+        """Gathered per target shard until the end of the loop turn (of `_run_due`, where
+        the Readies send): one call carries every group's messages to it (calls/raft.py)."""
         mesh = self._mesh
         if mesh is None:
             return
         outbox = self._outbox
-        if not outbox:
+        if not outbox and not self._running_due:
             self.loop.call_soon(self._flush)
         appended = self._appended.get(key)
         now = self.loop.time()
@@ -197,6 +203,7 @@ class RaftHost:
             return
         for target, groups in outbox.items():
             raft_call.send(router, target, list(groups.items()))
+            router.send_now(target)  # not held for the Router's own end of turn
             self._sent.add(target)
 
     def leader_changed(self, key: GroupKey, leader: Address | None, epoch: int,

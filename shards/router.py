@@ -200,6 +200,11 @@ class Router:
         for to in list(self._outbox):
             self._flush_target(to)
 
+    def send_now(self, to: Address) -> None:
+        """What is queued for `to` leaves now, as one message, not at the end of the turn:
+        for a sender that has gathered a turn's worth itself (shards/raft_host.py)."""
+        self._flush_target(to)
+
     def _flush_target(self, to: Address) -> None:
         messages = self._outbox.pop(to, None)
         if not messages:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 from types import SimpleNamespace
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -30,8 +31,13 @@ class _Router:
     def __init__(self) -> None:
         self.calls: list[tuple[Any, int, list[Any]]] = []
 
+        self.sent_now: list[Any] = []  # what was pushed out before the Router's end of turn
+
     def call(self, to: Any, kind: int, body: Any, frames: list[Any], _on_answer: Any) -> None:
         self.calls.append((to, kind, body.groups))
+
+    def send_now(self, to: Any) -> None:
+        self.sent_now.append(to)
 
     def keepalives(self) -> list[Any]:
         calls, self.calls = self.calls, []
@@ -130,6 +136,34 @@ def test_a_heartbeat_after_an_append_within_a_tick_is_dropped_but_never_a_quiesc
     asyncio.run(main())
 
 
+def test_the_readies_of_a_turn_leave_as_their_callback_ends_one_call_per_shard(
+        tmp_path: Path) -> None:
+    """What the Replicas' Readies send (in `_run_due`) is handed to the Router and pushed
+    out in that same callback: a leader's appends leave before the flush it starts next,
+    not a loop turn or two later."""
+    async def main() -> None:
+        host, router = _host(tmp_path)
+        host.register(T0, lambda: None, ((1, 0), (2, 0)))
+        host.register(T1, lambda: None, ((1, 0), (2, 0)))
+        seen: list[Any] = []
+
+        def ready(key: GroupKey) -> Callable[[], None]:
+            return lambda: host.send(key, [Message(MsgType.MsgApp, (2, 0), (1, 0), 1)])
+
+        host.schedule(ready(T0))
+        host.schedule(ready(T1))
+        host.schedule(lambda: seen.append(list(router.calls)))  # still gathering
+        asyncio.get_running_loop().call_soon(lambda: seen.append(list(router.calls)))
+        await asyncio.sleep(0)
+        assert seen[0] == [], "sent before the turn's Readies were all in"
+        [(to, kind, groups)] = seen[1]  # the very next callback: sent, one call
+        assert to == (2, 0) and kind == raft_call.KIND and [g[:2] for g in groups] == [
+            ["t", 0], ["t", 1]]
+        assert router.sent_now == [(2, 0)]
+
+    asyncio.run(main())
+
+
 class _Recorder:
     """A Router stand-in that keeps every call whole."""
 
@@ -138,6 +172,9 @@ class _Recorder:
 
     def call(self, to: Any, kind: int, body: Any, frames: list[Any], _on_answer: Any) -> None:
         self.calls.append((to, kind, body))
+
+    def send_now(self, to: Any) -> None:
+        pass
 
 
 def test_a_starting_shard_asks_every_peer_shard_and_a_leader_answers_what_it_leads(
