@@ -10,8 +10,9 @@ before and after it (summed over shards and nodes):
 - `stages_ms`: p50 and p99 of each traced request's stage (decode, route, append, flush_wait,
   flush, replicate, answer) and the stages' p50s summed (`stages_p50_sum`), to set beside
   the client's p50 (what is left is the client and the network);
-- `loop`: loop turns over the threshold (stalls) and the turns' p99, GC collections by
-  generation with their p99 (shards/loop_watch.py);
+- `loop`: loop turns over the threshold (stalls), the turns' p99, the stalls' time by where
+  the loop thread was (`stall_ms`: running, runnable waiting for a CPU, blocked in the
+  kernel), GC collections by generation with their p99 (shards/loop_watch.py);
 - `io`: the fdatasync pool's queue wait and call, p50 and p99 (shards/io_pool.py).
 
 Percentiles come from the histograms' buckets, linear inside a bucket: a stage's p99 is known
@@ -32,6 +33,7 @@ from bench.broker import Broker, log, tree_cpu_seconds
 from bench.cluster import PARTITIONS, VALUE_BYTES, Side
 from bench.cluster_nodes import NODES, Cluster
 from bench.measure import liveness
+from shards.loop_watch import STALL_STATES
 from bench.report import CaseError, case_failed, finish, header
 
 __all__ = ["BUDGET_CASES", "scrape", "window_figures"]
@@ -107,6 +109,10 @@ def window_figures(before: Scrape, after: Scrape) -> dict[str, Any]:
     p50s = [s["p50"] for s in stages.values() if s["p50"] is not None]
     turns = _buckets(before, after, "krill_reactor_turn_seconds")
     stall_key = ("krill_reactor_stalls_total", ())
+    stall_ms = {}
+    for state in STALL_STATES:
+        key = ("krill_reactor_stall_seconds_total", (("state", state),))
+        stall_ms[state] = _ms(after.get(key, 0.0) - before.get(key, 0.0))
     gc = {}
     for generation in "012":
         g = _buckets(before, after, "krill_gc_pause_seconds", generation=generation)
@@ -122,7 +128,7 @@ def window_figures(before: Scrape, after: Scrape) -> dict[str, Any]:
         "stages_p50_sum": round(sum(p50s), 3) if p50s else None,
         "loop": {"stalls": int(after.get(stall_key, 0) - before.get(stall_key, 0)),
                  "turns": int(turns[-1][1]) if turns else 0,
-                 "turn_p99_ms": _ms(_quantile(turns, 0.99)), "gc": gc},
+                 "turn_p99_ms": _ms(_quantile(turns, 0.99)), "stall_ms": stall_ms, "gc": gc},
         "io": io,
     }
 

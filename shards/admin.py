@@ -70,6 +70,7 @@ from prometheus_client.core import (
 
 from actors.metrics import FLUSH_BYTES_BUCKETS, LATENCY_BUCKETS_S, STAGE_BUCKETS_S
 from shards import limits
+from shards.loop_watch import STALL_STATES
 from shards.stats import stats_path
 from storage.probes import PROBE_NAMES
 from wire.messages import API_KEYS
@@ -444,6 +445,7 @@ def _loop_and_pools(recorded: list[tuple[str, dict[str, Any]]]) -> Iterator[Metr
         "krill_produce_stage_seconds", "A traced produce request's time in each stage "
         "(trace_produce_every; actors/trace.py)", labels=["stage", "shard"])
     stalls = []
+    stall_seconds = []
     for shard, m in recorded:
         for stage, (counts, total) in (m.get("produce_stages") or {}).items():
             _histogram(stages, [stage, shard], counts, total, STAGE_BUCKETS_S)
@@ -455,6 +457,8 @@ def _loop_and_pools(recorded: list[tuple[str, dict[str, Any]]]) -> Iterator[Metr
                 _histogram(gc_pauses, [str(generation), shard], counts, total,
                            LATENCY_BUCKETS_S)
             stalls.append(([shard], loop["stalls"]))
+            for state, seconds in zip(STALL_STATES, loop.get("stall_seconds", ()), strict=False):
+                stall_seconds.append(([state, shard], seconds))
         for pool, pool_stats in sorted((m.get("io_pools") or {}).items()):
             for family, key in ((waits, "queue_wait"), (calls, "call")):
                 counts, total = pool_stats[key]
@@ -463,6 +467,10 @@ def _loop_and_pools(recorded: list[tuple[str, dict[str, Any]]]) -> Iterator[Metr
     yield _counter_with("krill_reactor_stalls", "Turns of the shard's loop that ran "
                         "loop_stall_threshold_ms or longer (Seastar's reactor stalls)",
                         ["shard"], stalls)
+    yield _counter_with("krill_reactor_stall_seconds", "The loop thread's time across its "
+                        "stalls (each from the watchdog's look before it to its look after), "
+                        "by where it was: running on a CPU, runnable (waiting for one), or "
+                        "blocked in the kernel", ["state", "shard"], stall_seconds)
     yield from _direct_chunks(recorded)
 
 

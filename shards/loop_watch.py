@@ -15,6 +15,15 @@ here a watchdog thread does it, since a Python loop thread can only be looked at
   and logs it, once per stall and at most once per `limits.loop_stall_log_interval_s` (the
   rest are counted in the next line logged). It needs the GIL to look, so a turn stuck in a C
   call that holds the GIL is seen when it lets go: counted, perhaps not shown.
+- **Where a stall's time went.** A long turn is the loop's code running long, or the thread
+  not running at all: waiting for a CPU another process holds (three nodes and a client on
+  two cores), or blocked in the kernel (a write throttled, a page fault, a lock). The
+  watchdog reads the loop thread's scheduler times (`/proc/self/task/<tid>/schedstat`: time
+  on a CPU, time runnable waiting for one) at each look, and splits each stall's window
+  (from its last look before the stall to its first look after: up to a period either
+  side) into running, runnable and blocked (the rest), added up in
+  `krill_reactor_stall_seconds_total{state}` and said in the stall's log line. A kernel
+  without schedstat gives no split.
 - **GC pauses.** `gc.callbacks` time every collection, by generation
   (`krill_gc_pause_seconds`): a collection stops the loop whichever thread started it.
 
@@ -25,6 +34,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import os
 import sys
 import threading
 import time
@@ -36,11 +46,44 @@ from actors.metrics import LATENCY_BUCKETS_S, Histogram
 from shards import limits
 from shards.threads import run_as_helper
 
-__all__ = ["LoopStats", "LoopWatch"]
+__all__ = ["STALL_STATES", "LoopStats", "LoopWatch", "ThreadSchedTimes"]
 
 log = logging.getLogger(__name__)
 
 _WATCH_PERIOD_MIN_S = 0.001  # the watchdog wakes every half threshold, never more often
+# Where the loop thread was during its stalls (module docstring), in LoopStats.stall_seconds.
+STALL_STATES = ("running", "runnable", "blocked")
+
+SchedTimes = tuple[float, float]  # a thread's seconds on a CPU, and runnable waiting for one
+
+
+class ThreadSchedTimes:
+    """A thread's scheduler times (the kernel's schedstat), read again through one open fd:
+    ~1 µs a look. `open` gives None where the kernel keeps none."""
+
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+
+    @classmethod
+    def open(cls, native_id: int) -> ThreadSchedTimes | None:
+        try:
+            fd = os.open(f"/proc/self/task/{native_id}/schedstat", os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            return None
+        reader = cls(fd)
+        try:
+            reader.read()
+        except (OSError, ValueError):
+            reader.close()
+            return None
+        return reader
+
+    def read(self) -> SchedTimes:
+        on_cpu, waiting = os.pread(self._fd, 64, 0).split()[:2]
+        return int(on_cpu) / 1e9, int(waiting) / 1e9
+
+    def close(self) -> None:
+        os.close(self._fd)
 
 
 class LoopStats:
@@ -48,16 +91,19 @@ class LoopStats:
     itself: `snapshot` goes to the supervisor with the rest). Loop thread, except the GC's
     histograms, which a collection started on a helper thread observes from there."""
 
-    __slots__ = ("turns", "stalls", "gc_pauses")
+    __slots__ = ("turns", "stalls", "gc_pauses", "stall_seconds")
 
     def __init__(self) -> None:
         self.turns = Histogram(LATENCY_BUCKETS_S)
         self.stalls = 0
         self.gc_pauses = [Histogram(LATENCY_BUCKETS_S) for _ in range(3)]  # by generation
+        # The stalls' windows by STALL_STATES: the watchdog thread's to add to.
+        self.stall_seconds = [0.0] * len(STALL_STATES)
 
     def snapshot(self) -> dict[str, Any]:
         return {"turns": self.turns.snapshot(), "stalls": self.stalls,
-                "gc": [h.snapshot() for h in self.gc_pauses]}
+                "gc": [h.snapshot() for h in self.gc_pauses],
+                "stall_seconds": list(self.stall_seconds)}
 
 
 class LoopWatch:
@@ -83,9 +129,15 @@ class LoopWatch:
         self._shown: float | None = None
         self._logged_at = -float("inf")
         self._unshown = 0
+        # The loop thread's scheduler times: the reader, the last look outside a stall (its
+        # time and reading), and the start of the stall under way (module docstring).
+        self._sched: ThreadSchedTimes | None = None
+        self._base: tuple[float, SchedTimes] | None = None
+        self._stalled: float | None = None
 
     def install(self) -> None:
         self._loop_thread = threading.get_ident()
+        self._sched = ThreadSchedTimes.open(threading.get_native_id())
         self._inner = self._loop._selector
         self._loop._selector = _TimedSelector(self._inner, self)
         if self._stats is not None:
@@ -100,6 +152,9 @@ class LoopWatch:
         if self._thread is not None:
             self._thread.join()
             self._thread = None
+        if self._sched is not None:
+            self._sched.close()
+            self._sched = None
         if self._gc_callback in gc.callbacks:
             gc.callbacks.remove(self._gc_callback)
         if self._inner is not None:
@@ -136,7 +191,39 @@ class LoopWatch:
         run_as_helper()
         period = max(self._threshold_s / 2, _WATCH_PERIOD_MIN_S)
         while not self._stop.wait(period):
-            self.check(self._clock())
+            self.look(self._clock())
+
+    def look(self, now: float) -> str | None:
+        """The watchdog's look: the loop thread's scheduler times kept, a stall that ended
+        split by where its time went, then `check`."""
+        sched = self._sched
+        if sched is not None:
+            times = sched.read()
+            started = self.turn_started
+            if self._stalled is not None and started != self._stalled:
+                self._split(now, times)
+                self._stalled = None
+            elif (self._stalled is None and started is not None
+                  and now - started >= self._threshold_s):
+                self._stalled = started  # split from the look before it (`_base`)
+            if self._stalled is None:
+                self._base = (now, times)
+        return self.check(now)
+
+    def _where(self, now: float, times: SchedTimes) -> tuple[float, float, float] | None:
+        """Seconds running, runnable and blocked since the last look outside a stall."""
+        if self._base is None:
+            return None
+        then, (on_cpu, waiting) = self._base
+        running, runnable = times[0] - on_cpu, times[1] - waiting
+        return running, runnable, max(0.0, now - then - running - runnable)
+
+    def _split(self, now: float, times: SchedTimes) -> None:
+        where = self._where(now, times)
+        if where is not None and self._stats is not None:
+            seconds = self._stats.stall_seconds
+            for i, part in enumerate(where):
+                seconds[i] += part
 
     def check(self, now: float) -> str | None:
         """Look at the turn under way (the watchdog, every half threshold): the stack logged
@@ -154,9 +241,15 @@ class LoopWatch:
         stack = "".join(traceback.format_stack(frame))
         unshown, self._unshown = self._unshown, 0
         self._logged_at = now
+        where = ""
+        if self._sched is not None:
+            split = self._where(now, self._sched.read())
+            if split is not None:
+                where = "; so far running %.0f ms, runnable %.0f ms, blocked %.0f ms" % tuple(
+                    part * 1000 for part in split)
         log.warning("%s: loop stalled, %.0f ms into a turn (threshold %.0f ms; %d stalls "
-                    "since the last shown); the loop thread is at:\n%s", self._name,
-                    (now - started) * 1000, self._threshold_s * 1000, unshown, stack)
+                    "since the last shown%s); the loop thread is at:\n%s", self._name,
+                    (now - started) * 1000, self._threshold_s * 1000, unshown, where, stack)
         return stack
 
 

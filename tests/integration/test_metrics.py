@@ -35,6 +35,7 @@ from actors.metrics import (
     STAGE_BUCKETS_S,
 )
 from shards import limits as shard_limits
+from shards.loop_watch import STALL_STATES
 from shards.shard_table import shard_of
 from tests.support.broker import BrokerProcess
 from tests.support.cli import krill
@@ -370,6 +371,8 @@ def test_loop_and_io_pool_histograms_after_known_workload(workload: Workload) ->
                                  shard=shard)
         assert turns > 0, shard
         assert value(m, "krill_reactor_stalls_total", shard=shard) <= turns
+        for state in STALL_STATES:
+            assert value(m, "krill_reactor_stall_seconds_total", state=state, shard=shard) >= 0
         syncs = value(m, "krill_storage_fdatasync_latency_seconds_count", shard=shard)
         calls = assert_histogram(m, "krill_io_call_seconds", LATENCY_BUCKETS_S, pool="io",
                                  shard=shard)
@@ -511,6 +514,7 @@ def test_every_line_parses_and_every_family_has_help_and_type(workload: Workload
         "krill_storage_cold_reads_total": "counter",
         "krill_reactor_turn_seconds": "histogram",
         "krill_reactor_stalls_total": "counter",
+        "krill_reactor_stall_seconds_total": "counter",
         "krill_gc_pause_seconds": "histogram",
         "krill_io_queue_wait_seconds": "histogram",
         "krill_io_call_seconds": "histogram",

@@ -14,7 +14,7 @@ import pytest
 
 from shards import limits
 from shards.io_pool import IoPool, IoPoolStats
-from shards.loop_watch import LoopStats, LoopWatch
+from shards.loop_watch import STALL_STATES, LoopStats, LoopWatch, ThreadSchedTimes
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -61,6 +61,43 @@ def test_a_long_turn_is_a_stall_counted_and_its_stack_logged_while_it_runs(
     assert len(stalled) == 1, stalled
     assert "shard9" in stalled[0] and "stalling_callback_of_the_test" in stalled[0]
     assert loop._selector.__class__.__name__ != "_TimedSelector"  # type: ignore[attr-defined]
+
+
+def busy_callback_of_the_test() -> None:
+    deadline = time.thread_time() + 6 * THRESHOLD_MS / 1000
+    while time.thread_time() < deadline:  # on a CPU (or waiting for one) all along
+        pass
+
+
+def test_a_stalls_time_is_split_by_where_the_loop_thread_was(
+        loop: asyncio.AbstractEventLoop, caplog: pytest.LogCaptureFixture) -> None:
+    """A turn asleep in the kernel is blocked; one spinning is running (or runnable, on a
+    busy machine). Each window takes up to a watchdog period of the idle loop either side
+    (blocked in select), so each side is compared with the other, not with zero."""
+    if ThreadSchedTimes.open(__import__("threading").get_native_id()) is None:
+        pytest.fail("this kernel keeps no schedstat: the split cannot be made here")
+    stats = LoopStats()
+    watch = LoopWatch(loop, THRESHOLD_MS, stats, "shard0")
+    watch.install()
+    try:
+        with caplog.at_level(logging.WARNING, logger="shards.loop_watch"):
+            run_turns(loop, stalling_callback_of_the_test)
+            loop.run_until_complete(asyncio.sleep(0.05))  # idle: the watchdog's look after
+            running, runnable, blocked = stats.stall_seconds
+            assert blocked >= 3 * THRESHOLD_MS / 1000 > running, stats.stall_seconds
+            run_turns(loop, busy_callback_of_the_test)
+            loop.run_until_complete(asyncio.sleep(0.05))
+    finally:
+        watch.close()
+    assert stats.stalls == 2
+    running2, runnable2, blocked2 = (after - before for after, before in zip(
+        stats.stall_seconds, (running, runnable, blocked), strict=True))
+    assert running2 >= 3 * THRESHOLD_MS / 1000 and running2 + runnable2 > blocked2, (
+        stats.stall_seconds)
+    assert stats.snapshot()["stall_seconds"] == stats.stall_seconds
+    assert len(STALL_STATES) == 3
+    stalled = [r.getMessage() for r in caplog.records if "loop stalled" in r.getMessage()]
+    assert "so far running" in stalled[0], stalled
 
 
 def test_the_watchdog_shows_a_stall_once_and_at_most_once_per_interval(
