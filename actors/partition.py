@@ -367,9 +367,9 @@ class Partition(LoopActor):
         """The replicas in sync: a replicated leader's ISR, else this one copy."""
         return 1 if self._replication is None else len(self._replication.in_sync_replicas())
 
-    def proposed(self, base_offset: int, count: int) -> None:
+    def proposed(self, base_offset: int, count: int, data: memoryview) -> None:
         if self._replication is not None:
-            self._replication.proposed(base_offset, count)
+            self._replication.proposed(base_offset, count, data)
 
     # What the flushes (actors/partition_flush.py) tell their partition ----------------------
 

@@ -95,7 +95,9 @@ class AppendHost(Protocol):
     def settling(self) -> bool: ...
     def write_refused(self) -> ErrorCode | None: ...
     def in_sync_count(self) -> int: ...
-    def proposed(self, base_offset: int, count: int) -> None: ...
+    def proposed(self, base_offset: int, count: int, data: memoryview) -> None:
+        """The leader appended `count` offsets from `base_offset`; `data`: their batches'
+        bytes as the log holds them (the produce's buffer, valid for this call only)."""
     def storage_failed(self) -> None: ...
 
 
@@ -233,7 +235,9 @@ class Appends:
             _answer(m, ProduceResult(ErrorCode.KAFKA_STORAGE_ERROR))
             return False
         count = result.last_offset + 1 - result.base_offset
-        host.proposed(result.base_offset, count)
+        first, last = m.headers[0], m.headers[-1]
+        host.proposed(result.base_offset, count,
+                      memoryview(m.records)[first.position:last.position + last.size])
         self._producers.note_appended(m.records, m.headers, first_base)
         self._producers.maybe_snapshot(m.headers[-1], m.records)
         if self._disk_space is not None:

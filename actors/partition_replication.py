@@ -329,11 +329,11 @@ class Replication:
             return ErrorCode.NOT_LEADER_OR_FOLLOWER
         return None
 
-    def proposed(self, base_offset: int, records: int) -> None:
+    def proposed(self, base_offset: int, records: int, data: memoryview) -> None:
         """The leader appended `records` offsets from `base_offset` (refuse_append said yes
-        in this same turn, so the machine takes them)."""
+        in this same turn, so the machine takes them); `data` holds their batches."""
         assert self.replica is not None
-        proposed = self.replica.propose(records)
+        proposed = self.replica.propose(records, bytes(data))
         assert proposed is not None and proposed.base == base_offset, (proposed, base_offset)
 
     def leader_ready(self) -> bool:

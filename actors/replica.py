@@ -21,26 +21,27 @@ the appends of every produce of a turn leave for each follower as one message:
              LEADER_CHANGE control batch. The host is told what to flush (`host.appended`);
              a flush's end comes back as `flushed`.
           3. rd.messages: sent only once every hard state saved so far is durable (persist
-             before send); an append to a follower carries its batches' bytes, read from the
-             log (the leader's own appends: still in the page cache).
+             before send); an append to a follower carries its batches' bytes: the batches
+             proposed since the last Ready from the produce's own bytes (a copy `propose`
+             keeps until the Ready is taken), older ones read from the log.
           4. rd.committed: the high watermark, committed + 1 (`host.committed`).
           5. rd.soft_state: who leads now (`host.role_changed`).
           machine.advance(), whatever happened above
 
-An append's bytes are read from the log with `nowait`, as fetches are: near the log's end (a
-follower keeping up) they are in the page cache; a follower far behind makes the leader read
-cold ranges, which the shard's read pool brings in first (storage/page_cache.py), the loop
-never waiting on the disk. (The machine's batch reader, `log_batch_reader`, reads batch
-headers of the same ranges just before: a header read of a cold range can still wait.) An
-append whose batches the log does not hold whole, as its ranges name them, is not sent (a
-new leader's no-op still waiting behind a cut): the follower is probed again. Its first
-batch may start before its first offset: a follower whose log start DeleteRecords put
-inside a batch (an install at the leader's start, which may be anywhere) asks from there,
-and its empty log takes that batch whole, restarting at its base offset, its start staying
-(storage/replica.py). Offsets between batches may be missing: compaction drops emptied
-batches (storage/compaction.py). A follower writes an empty batch in each such gap
-(Kafka's kind, that compaction keeps), so its own log goes on batch after batch, as its
-segments must for recovery.
+An append of older batches (a follower catching up, a retransmission) reads them from the
+log with `nowait`, as fetches do: near the log's end they are in the page cache; a follower
+far behind makes the leader read cold ranges, which the shard's read pool brings in first
+(storage/page_cache.py), the loop never waiting on the disk. (The machine's batch reader,
+`log_batch_reader`, reads batch headers of the same ranges just before: a header read of a
+cold range can still wait.) An append whose batches the log does not hold whole, as its
+ranges name them, is not sent (a new leader's no-op still waiting behind a cut): the
+follower is probed again. Its first batch may start before its first offset: a follower
+whose log start DeleteRecords put inside a batch (an install at the leader's start, which
+may be anywhere) asks from there, and its empty log takes that batch whole, restarting at
+its base offset, its start staying (storage/replica.py). Offsets between batches may be
+missing: compaction drops emptied batches (storage/compaction.py). A follower writes an
+empty batch in each such gap (Kafka's kind, that compaction keeps), so its own log goes on
+batch after batch, as its segments must for recovery.
 
 A cut (truncate or reset) must be durable before the log takes another append
 (storage/replica.py): its ticket runs on the I/O pool, and the log writes behind it wait in
@@ -232,6 +233,9 @@ class Replica:
         self._cutting = False
         self._rolling = False
         self._lost = False  # a log write was not made: the machine is told where the log ends
+        # The leader's batches proposed since its last Ready, (first, last, bytes): this
+        # turn's appends to followers carry them without reading the log back.
+        self._fresh: list[tuple[int, int, bytes]] = []
         self._write_failing = False  # for the log: said once until a write succeeds again
         self.closed = False
 
@@ -268,11 +272,14 @@ class Replica:
         if self.machine.has_ready():
             self._process()
 
-    def propose(self, records: int) -> Any:
+    def propose(self, records: int, data: bytes | None = None) -> Any:
         """The leader appended `records` offsets to its log (before this call); their range,
-        or None if this replica may not append (not the leader, a transfer under way)."""
+        or None if this replica may not append (not the leader, a transfer under way).
+        `data`: their batches as the log holds them, kept until this turn's Ready is sent."""
         proposed = self.machine.propose(records)
         if proposed is not None:
+            if data is not None:
+                self._fresh.append((proposed.base, proposed.last, data))
             self._soon()
         return proposed
 
@@ -304,6 +311,7 @@ class Replica:
 
     def close(self) -> None:
         self.closed = True
+        self._fresh.clear()
 
     # The Ready, once a loop turn ------------------------------------------------------------
 
@@ -314,6 +322,12 @@ class Replica:
 
     def _process(self) -> None:
         self._scheduled = False
+        try:
+            self._take_ready()
+        finally:
+            self._fresh.clear()  # the Ready sent them (an append held back reads the log)
+
+    def _take_ready(self) -> None:
         machine = self.machine
         while not self.closed:
             if machine.has_ready():
@@ -403,15 +417,33 @@ class Replica:
         if late and (machine.role != Role.Leader or machine.term != m.term):
             return None
         first, last = m.ranges[0].base, m.ranges[-1].last
-        try:
-            data = read_append(self._host.replica_log(), first, last, nowait)
-        except OffsetOutOfRange:
-            data = None
+        data = self._fresh_bytes(first, last)
+        if data is None:
+            try:
+                data = read_append(self._host.replica_log(), first, last, nowait)
+            except OffsetOutOfRange:
+                data = None
         if data is None:
             log.debug("%s: an append of %d..%d to %s not sent: the log does not hold it",
                       self.group, first, last, m.to)
             return None
         return m._replace(payload=data)
+
+    def _fresh_bytes(self, first: int, last: int) -> bytes | None:
+        """`first..last` from this turn's own batches, if they hold it whole, batch for
+        batch (a follower keeping up); else None: read from the log."""
+        parts: list[bytes] = []
+        expected = first
+        for base, end, data in self._fresh:
+            if end < expected:
+                continue
+            if base != expected or end > last:
+                return None
+            parts.append(data)
+            expected = end + 1
+            if end == last:
+                return parts[0] if len(parts) == 1 else b"".join(parts)
+        return None
 
     def _warm_and_send(self, miss: NotCached, messages: list[Message], attempts: int) -> None:
         """A follower far behind needs batches the page cache no longer has: the shard's read

@@ -33,8 +33,8 @@ from bench.broker import Broker, log, tree_cpu_seconds
 from bench.cluster import PARTITIONS, VALUE_BYTES, Side
 from bench.cluster_nodes import NODES, Cluster
 from bench.measure import liveness
-from shards.loop_watch import STALL_STATES
 from bench.report import CaseError, case_failed, finish, header
+from shards.loop_watch import STALL_STATES
 
 __all__ = ["BUDGET_CASES", "scrape", "window_figures"]
 

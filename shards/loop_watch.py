@@ -245,8 +245,9 @@ class LoopWatch:
         if self._sched is not None:
             split = self._where(now, self._sched.read())
             if split is not None:
-                where = "; so far running %.0f ms, runnable %.0f ms, blocked %.0f ms" % tuple(
-                    part * 1000 for part in split)
+                running, runnable, blocked = (part * 1000 for part in split)
+                where = (f"; so far running {running:.0f} ms, runnable {runnable:.0f} ms, "
+                         f"blocked {blocked:.0f} ms")
         log.warning("%s: loop stalled, %.0f ms into a turn (threshold %.0f ms; %d stalls "
                     "since the last shown%s); the loop thread is at:\n%s", self._name,
                     (now - started) * 1000, self._threshold_s * 1000, unshown, where, stack)

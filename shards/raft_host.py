@@ -20,7 +20,11 @@ controller group (actors/cluster_controller.py), is a Raft group driven from her
   another incarnation, is dropped and counted (`dropped`, krill_raft_messages_dropped).
 - Sends: a group's messages go to each replica's shard, `(node, shard)`, through the Router
   (shards/calls/raft.py): this node's shards over the pipes, other nodes' over node RPC, and
-  a loop turn's messages to one shard leave as one message. A heartbeat to a peer that had
+  a loop turn's messages to one shard leave as one message. The Readies of a turn are taken
+  in one callback (`schedule`), and what they sent is pushed out as it ends, past the
+  Router's own end-of-turn gathering: a leader's appends leave before the I/O pool is handed
+  the flush its produce started in the same turn, and a follower's answers do not wait a
+  loop turn more. A heartbeat to a peer that had
   an append of the group within the last tick is dropped: the append reset the follower's
   election clock and carried the commit, and its answer marks the follower active (a
   heartbeat marked quiesce always goes).

@@ -155,7 +155,7 @@ class Node:
         self.replica.before_append()
         batch = build_batch([(key, v, []) for v in values], base_timestamp=self.now_ms())
         self.log.append(batch, iter_batches(batch), machine.term, self.now_ms())
-        proposed = self.replica.propose(len(values))
+        proposed = self.replica.propose(len(values), bytes(batch))  # as the Partition does
         assert proposed is not None and proposed.last == self.log.next_offset - 1, proposed
         self.flush()
         return True
@@ -167,6 +167,19 @@ class Node:
     def close(self) -> None:
         self.replica.close()
         self.log.close()
+
+
+def count_calls(obj: Any, name: str) -> list[tuple[Any, ...]]:
+    """The arguments of every call of `obj.name` from now on (the calls go through)."""
+    calls: list[tuple[Any, ...]] = []
+    real = getattr(obj, name)
+
+    def counted(*args: Any) -> Any:
+        calls.append(args)
+        return real(*args)
+
+    setattr(obj, name, counted)
+    return calls
 
 
 class Net:
@@ -239,12 +252,17 @@ def test_the_leaders_batches_reach_every_replica_byte_for_byte_and_commit(
             await until(lambda: leader(nodes) is not None, "a leader")
             first = leader(nodes)
             assert first is not None
+            reads = count_calls(first.log, "read_bytes")
             sent = [f"v-{i}".encode() for i in range(90)]
             for i in range(0, 90, 3):
                 assert first.produce(sent[i:i + 3])
+                await asyncio.sleep(0)  # a turn each: its Ready sends it
             end = first.log.next_offset
             await until(lambda: all(n.high_watermark == end for n in nodes), "commit everywhere")
             await until(lambda: all(n.log.next_offset == end for n in nodes), "every log")
+            # Followers keeping up were sent each batch from the produce's own bytes, not
+            # read back from the log.
+            assert reads == [], reads
             logs = [read_range(n.log, 0, end - 1) for n in nodes]
             assert logs[0] == logs[1] == logs[2]
             assert first.values() == sent  # no no-op: the first leader's log ended at its commit

@@ -7,9 +7,9 @@ test_node_mesh.py)."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
-from collections.abc import Callable
 from typing import Any
 
 import pytest
