@@ -547,7 +547,9 @@ class DiskLog(FlushAccounting, ReplicaAccounting):
         assert self._ticket is None, "one flush ticket at a time"
         if self.flushed_offset == self.written_offset:
             return None
-        fds = [fd for segment in self._unsynced for fd in segment.take_sync_fds()]
+        active = self._segments[-1]  # its indexes wait for its seal (storage/index.py)
+        fds = [fd for segment in self._unsynced
+               for fd in segment.take_sync_fds(indexes=segment is not active)]
         writes: list[WriteJob] = []
         if self.chunks is not None:  # oldest first: a flushed offset never skips a segment
             for segment in sorted(self._unsynced, key=lambda s: s.base_offset):

@@ -274,9 +274,15 @@ class Segment:
         """The fds a truncation changed, for a cut ticket: the log's and the open indexes'."""
         return [self.fd] + [fd for fd in (self.index.fd, self.time_index.fd) if fd is not None]
 
-    def take_sync_fds(self) -> list[int]:
-        """Fds holding data written since the last call (for a flush ticket)."""
-        fds = [fd for fd in (self.index.take_sync_fd(), self.time_index.take_sync_fd()) if fd]
+    def take_sync_fds(self, indexes: bool = True) -> list[int]:
+        """Fds holding data written since the last call (for a flush ticket). Without
+        `indexes` (the log's active segment) the index entries stay in memory, neither written
+        nor synced: recovery rebuilds the tail segment's indexes from its batches whatever the
+        files hold (storage/index.py)."""
+        fds = []
+        if indexes:
+            fds = [fd for fd in (self.index.take_sync_fd(), self.time_index.take_sync_fd())
+                   if fd]
         if self.dirty:
             self.dirty = False
             fds.append(self.fd)
