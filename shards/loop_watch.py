@@ -137,7 +137,8 @@ class LoopWatch:
 
     def install(self) -> None:
         self._loop_thread = threading.get_ident()
-        self._sched = ThreadSchedTimes.open(threading.get_native_id())
+        if self._threshold_s > 0:  # the watchdog's to read
+            self._sched = ThreadSchedTimes.open(threading.get_native_id())
         self._inner = self._loop._selector
         self._loop._selector = _TimedSelector(self._inner, self)
         if self._stats is not None:
