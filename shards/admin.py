@@ -457,7 +457,7 @@ def _loop_and_pools(recorded: list[tuple[str, dict[str, Any]]]) -> Iterator[Metr
                 _histogram(gc_pauses, [str(generation), shard], counts, total,
                            LATENCY_BUCKETS_S)
             stalls.append(([shard], loop["stalls"]))
-            for state, seconds in zip(STALL_STATES, loop.get("stall_seconds", ()), strict=False):
+            for state, seconds in zip(STALL_STATES, loop["stall_seconds"], strict=True):
                 stall_seconds.append(([state, shard], seconds))
         for pool, pool_stats in sorted((m.get("io_pools") or {}).items()):
             for family, key in ((waits, "queue_wait"), (calls, "call")):
