@@ -31,7 +31,6 @@ from actors.partition_messages import (
 from actors.services import Services
 from actors.txn_state import TxnState
 from storage import DiskLog, NotCached, OffsetOutOfRange
-from storage.page_cache import warm
 from wire.errors import DecodeError, ErrorCode
 from wire.records import decode_batch
 
@@ -215,7 +214,7 @@ class Reads:
 
         if self._host.services.metrics is not None:
             self._host.services.metrics.cold_reads += 1
-        self._host.services.read_blocking(lambda: warm(miss.fd, miss.position, miss.length), warmed)
+        self._host.services.read_blocking(miss.warm, warmed)
 
     def warmed(self, m: Warmed) -> None:
         if isinstance(m.message, Read):

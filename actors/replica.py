@@ -90,7 +90,7 @@ from actors.raft import (
     TruncateAfter,
 )
 from storage.log import Log, OffsetOutOfRange
-from storage.page_cache import NotCached, warm
+from storage.page_cache import NotCached
 from storage.replica import CutTicket, NotContiguous
 from wire.record_batch import BatchHeader, iter_batches, read_header
 from wire.records import build_batch, rebuild_batch
@@ -455,7 +455,7 @@ class Replica:
             if not self.closed:
                 self._send(messages, attempts + 1)
 
-        self._host.read_io(lambda: warm(miss.fd, miss.position, miss.length), warmed)
+        self._host.read_io(miss.warm, warmed)
 
     # Log writes -------------------------------------------------------------------------
 

@@ -45,11 +45,13 @@ VS_KAFKA_CASES = ["vs_kafka_throughput", "vs_kafka_latency", "vs_kafka_cluster_l
 BUDGET_CASES = ["latency_budget"]
 # bench/storage_modes.py: buffered beside direct storage mode, one node.
 STORAGE_MODE_CASES = ["storage_modes"]
+# bench/direct_io.py: direct mode's disk mechanisms without a broker (writes in flight, reads).
+DIRECT_IO_CASES = ["direct_io"]
 ALL_CASES = [
     "ceilings", *PRODUCE_CASES, "rss_100_partitions", *SHARD_CASES, *GROUP_CASES,
     *RUNNING_CASES, *LIFECYCLE_CASES, *SATURATION_CASES, *SCENARIO_CASES, *RAFT_CASES,
     *CLUSTER_CASES, *SPARK_CASES, *SPARK_WRITER_CASES, *VS_KAFKA_CASES, *BUDGET_CASES,
-    *STORAGE_MODE_CASES,
+    *STORAGE_MODE_CASES, *DIRECT_IO_CASES,
 ]
 
 
@@ -198,6 +200,10 @@ def main(argv: list[str] | None = None) -> int:
             from bench import storage_modes
 
             emit(storage_modes.STORAGE_MODE_CASES[case](args))
+        elif case in DIRECT_IO_CASES:
+            from bench import direct_io
+
+            emit(direct_io.DIRECT_IO_CASES[case](args))
     log(f"done in {time.monotonic() - t0:.1f}s" + (f"; results in {out_path}" if out_path else ""))
     return 1 if failed else 0
 

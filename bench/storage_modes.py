@@ -7,6 +7,10 @@ against each in turn, interleaved (ABBA) so that drift on this machine falls on 
 - as fast as it goes (`produce_max`): msg/s and broker CPU per GB, per round; the ratio
   direct / buffered per round, median and range (the issue's throughput target: the default
   mode within 0.95x of what it was);
+- a consumer catching up (`catch_up`): after each such round, the page cache of the topic's
+  segment files dropped, the whole topic read from offset 0 as fast as it goes: msg/s and
+  broker CPU per GB (direct mode reads the files with O_DIRECT into read windows,
+  storage/direct_read.py; buffered through the page cache, with sendfile);
 - at fixed offered rates (10k, 50k, 100k, 150k msg/s; `--fixed-seconds`, default 10 s): p50,
   p99 and p99.9 from each message's scheduled send time, the rate achieved, and the node's
   loop stalls in the window (krill_reactor_stalls_total) with the fdatasync pool's call p99.
@@ -24,6 +28,7 @@ from typing import Any
 
 from bench.broker import Broker, log, tree_cpu_seconds
 from bench.budget import scrape, window_figures
+from bench.clients import consume_all
 from bench.cluster import PARTITIONS, VALUE_BYTES, Side, median_of, range_of, ratio
 from bench.measure import liveness
 from bench.report import CaseError, case_failed, finish, header
@@ -53,6 +58,36 @@ def _summary(rounds: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def _drop_page_cache(data_dir: str, topic: str) -> int:
+    """Drop the page cache of `topic`'s segment files (clean pages: flushed); how many."""
+    files = 0
+    for root, _, names in os.walk(data_dir):
+        if not os.path.basename(root).startswith(f"{topic}-"):
+            continue
+        for name in names:
+            if name.endswith(".log"):
+                fd = os.open(os.path.join(root, name), os.O_RDONLY)
+                try:
+                    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+                finally:
+                    os.close(fd)
+                files += 1
+    return files
+
+
+def _catch_up(broker: Broker, topic: str, n: int, args: argparse.Namespace) -> dict[str, Any]:
+    """The whole topic read from offset 0, its files' page cache dropped first."""
+    files = _drop_page_cache(broker.data_dir, topic)
+    if not files:
+        raise CaseError(f"no segment files of {topic} under {broker.data_dir}")
+    out = consume_all(broker.bootstrap, topic, PARTITIONS, n, stall_timeout=args.stall_timeout,
+                      timeout=args.phase_timeout, check=liveness(broker), broker_pid=broker.pid)
+    gb = n * VALUE_BYTES / 1e9
+    return {"msgs_per_s": out["msgs_per_s"],
+            "whole": out["messages"] == n and out["offset_gaps"] == 0,
+            "broker_cpu_s_per_gb": round(out["broker_cpu_s"] / gb, 2), "files": files}
+
+
 def run_storage_modes(args: argparse.Namespace) -> dict[str, Any]:
     case = "storage_modes"
     res = header(case, args)
@@ -69,6 +104,7 @@ def run_storage_modes(args: argparse.Namespace) -> dict[str, Any]:
         with ExitStack() as stack:
             sides: dict[str, Side] = {}
             ports: dict[str, int] = {}
+            brokers: dict[str, Broker] = {}
             for mode in MODES:
                 broker = stack.enter_context(Broker(
                     smp=os.cpu_count() or 1, krill=args.krill, data_root=args.data_root,
@@ -78,6 +114,7 @@ def run_storage_modes(args: argparse.Namespace) -> dict[str, Any]:
                 sides[mode] = Side(mode, broker.bootstrap, 1,
                                    lambda b=broker: tree_cpu_seconds(b.pid), liveness(broker))
                 ports[mode] = broker.admin_port
+                brokers[mode] = broker
                 res["smp"] = broker.smp
             for mode in MODES:
                 res[mode] = {"rounds": [], "fixed_rate": {}}
@@ -88,6 +125,10 @@ def run_storage_modes(args: argparse.Namespace) -> dict[str, Any]:
                 res[mode]["rounds"].append(out)
                 log(f"{case} max {r + 1}/{rounds} {mode}: {out['msgs_per_s']} msg/s, "
                     f"{out['broker_cpu_s_per_gb']} CPU-s/GB")
+                out["catch_up"] = _catch_up(brokers[mode], side.topic, n, args)
+                log(f"{case} catch-up {r + 1}/{rounds} {mode}: "
+                    f"{out['catch_up']['msgs_per_s']} msg/s, "
+                    f"{out['catch_up']['broker_cpu_s_per_gb']} CPU-s/GB")
             for rate in rates:
                 for r, mode in _abba(rounds):
                     side = sides[mode]
@@ -106,6 +147,10 @@ def run_storage_modes(args: argparse.Namespace) -> dict[str, Any]:
                 rs = res[mode]["rounds"]
                 res[mode]["msgs_per_s_median"] = median_of(x["msgs_per_s"] for x in rs)
                 res[mode]["cpu_s_per_gb_median"] = median_of(x["broker_cpu_s_per_gb"] for x in rs)
+                res[mode]["catch_up_msgs_per_s_median"] = median_of(
+                    x["catch_up"]["msgs_per_s"] for x in rs)
+                res[mode]["catch_up_cpu_s_per_gb_median"] = median_of(
+                    x["catch_up"]["broker_cpu_s_per_gb"] for x in rs)
                 res[mode]["fixed"] = {rate: _summary(w)
                                       for rate, w in res[mode].pop("fixed_rate").items()}
             by_round = [ratio(d["msgs_per_s"], b["msgs_per_s"]) for b, d in

@@ -496,6 +496,21 @@ def _direct_chunks(recorded: list[tuple[str, dict[str, Any]]]) -> Iterator[Metri
                         "the chunks in memory (hit) or from the file (miss)", ["result", "shard"],
                         [([result, shard], pool[key]) for shard, pool in pools
                          for result, key in (("hit", "cache_hits"), ("miss", "cache_misses"))])
+    windows = GaugeMetricFamily("krill_storage_direct_read_window_bytes", "Bytes of a shard's "
+                                "read windows (O_DIRECT reads of what the chunks no longer "
+                                "hold, storage/direct_read.py)", labels=["shard"])
+    for shard, pool in pools:
+        windows.add_metric([shard], pool["window_bytes"])
+    yield windows
+    yield _counter_with("krill_storage_direct_read_window_fills", "Read windows read in "
+                        "with O_DIRECT (a miss, with its readahead)", ["shard"],
+                        [([shard], pool["window_fills"]) for shard, pool in pools])
+    yield _counter_with("krill_storage_direct_read_window_fill_bytes", "Bytes read into "
+                        "read windows", ["shard"],
+                        [([shard], pool["window_fill_bytes"]) for shard, pool in pools])
+    yield _counter_with("krill_storage_direct_read_window_hits", "Reads served from a read "
+                        "window", ["shard"],
+                        [([shard], pool["window_hits"]) for shard, pool in pools])
 
 
 _LIFECYCLE_COUNTERS = (

@@ -57,6 +57,7 @@ import time
 from collections import deque
 
 from storage import limits
+from storage.direct_read import ReadWindows
 
 __all__ = ["ALIGN", "ChunkPool", "DirectWriter", "WriteJob", "direct_io_supported"]
 
@@ -140,7 +141,8 @@ class Chunk:
 class ChunkPool:
     """A shard's write memory in direct mode (module docstring). Loop thread only."""
 
-    def __init__(self, chunk_bytes: int, budget_bytes: int) -> None:
+    def __init__(self, chunk_bytes: int, budget_bytes: int,
+                 read_budget_bytes: int = limits.direct_read_memory_bytes) -> None:
         if chunk_bytes <= 0 or chunk_bytes % ALIGN:
             raise ValueError(f"chunk_bytes must be a positive multiple of {ALIGN}")
         self.chunk_bytes = chunk_bytes
@@ -156,6 +158,8 @@ class ChunkPool:
         self.evictions = 0  # written chunks taken back for new bytes
         self.cache_hits = 0  # reads served from chunks
         self.cache_misses = 0  # reads of a direct-mode segment that went to the file
+        # Those reads' memory (storage/direct_read.py), beside this write memory.
+        self.reads = ReadWindows(read_budget_bytes)
 
     @property
     def free(self) -> int:
@@ -186,7 +190,7 @@ class ChunkPool:
     def stats(self) -> dict[str, int]:
         return {"chunks": self.count, "free": len(self._free), "overflow": self.overflow,
                 "evictions": self.evictions, "cache_hits": self.cache_hits,
-                "cache_misses": self.cache_misses}
+                "cache_misses": self.cache_misses, **self.reads.stats()}
 
 
 class WriteJob:

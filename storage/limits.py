@@ -89,3 +89,9 @@ direct_memory_bytes_default = 64 * 1024 * 1024
 direct_reserve_min_bytes = 1024 * 1024
 direct_reserve_max_bytes = 32 * 1024 * 1024
 direct_reserve_grow_s = 1.0
+# Direct-mode reads of what the writer no longer holds (storage/direct_read.py): a shard's
+# read windows in all, and a miss's read: at least the first size, doubling for a sequential
+# reader up to the second.
+direct_read_memory_bytes = 16 * 1024 * 1024
+direct_read_ahead_min_bytes = 64 * 1024
+direct_read_ahead_max_bytes = 1024 * 1024

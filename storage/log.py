@@ -74,6 +74,7 @@ from typing import NamedTuple, Protocol
 
 from storage import limits
 from storage.appender import ChunkPool, WriteJob
+from storage.direct_read import DirectMiss
 from storage.flush import FlushAccounting, FlushTicket
 from storage.header_scan import HeaderScan
 from storage.metadata_file import read_json, write_atomic_at
@@ -488,7 +489,14 @@ class DiskLog(FlushAccounting, ReplicaAccounting):
         this (recovery, rebuilding producer state) keep it: they read whole files in order."""
         self._serving = True
         for segment in self._segments:
-            no_readahead(segment.fd)
+            self._serve_segment(segment)
+
+    def _serve_segment(self, segment: Segment) -> None:
+        """`segment` is read from the loop from now on: through the page cache without the
+        kernel's readahead, or in direct mode with O_DIRECT (storage/direct_read.py)."""
+        no_readahead(segment.fd)
+        if self.chunks is not None:
+            segment.attach_reader(self.chunks.reads)
 
     def roll_ahead(self, base_offset: int, last_offset: int, size: int, epoch: int,
                    now_ms: int) -> Callable[[], Segment] | None:
@@ -529,7 +537,7 @@ class DiskLog(FlushAccounting, ReplicaAccounting):
         if self.config.segment_jitter_ms:
             segment.roll_jitter_ms = random.randrange(self.config.segment_jitter_ms)
         if self._serving:
-            no_readahead(segment.fd)
+            self._serve_segment(segment)
         self._segments.append(segment)
         self._bases.append(base_offset)
         self._dir_dirty = True
@@ -602,6 +610,16 @@ class DiskLog(FlushAccounting, ReplicaAccounting):
         if offset >= max_offset:
             return None
         segment = self._segments[self._segment_index(offset)]
+        try:
+            return self._read_segment(segment, offset, max_bytes, max_offset, nowait)
+        except DirectMiss as miss:
+            # One window for the whole read: from where its lookup's header scan begins (a
+            # header past the window, or its batches, missed).
+            _, scan_from = segment.index.lookup(offset - segment.base_offset)
+            raise miss.from_(scan_from) from None
+
+    def _read_segment(self, segment: Segment, offset: int, max_bytes: int, max_offset: int,
+                      nowait: bool) -> FileSlice | memoryview | None:
         first = segment.find(offset, nowait)
         if first is None or first.last_offset >= max_offset:
             return None
@@ -615,6 +633,13 @@ class DiskLog(FlushAccounting, ReplicaAccounting):
         if end == first.position:  # KIP-74: an oversized first batch goes out alone
             end, end_offset = first.position + first.size, first.next_offset
         length = end - first.position
+        reader = segment.reader
+        if reader is not None:  # direct mode, served: a copy from the read window
+            if reader.holds(first.position, length):
+                return memoryview(reader.read(first.position, length))
+            if nowait:
+                raise reader.miss(first.position, length, segment.file_end)
+            return memoryview(reader.pread(first.position, length))
         if nowait and not cached(segment.fd, first.position, length):
             raise NotCached(segment.fd, first.position, length)
         records = end_offset - first.base_offset
@@ -832,7 +857,7 @@ class DiskLog(FlushAccounting, ReplicaAccounting):
         self._drop_segments_from(-1, keep_first=False)
         segment = Segment(self.directory, base_offset, self.config.index_interval_bytes)
         if self._serving:
-            no_readahead(segment.fd)
+            self._serve_segment(segment)
         self._segments, self._bases = [segment], [base_offset]
         self._activate()
         self.next_offset = self.written_offset = base_offset
@@ -911,7 +936,7 @@ class DiskLog(FlushAccounting, ReplicaAccounting):
                 covering = by_base.pop(segment.base_offset)
                 segments.append(covering)
                 if self._serving:
-                    no_readahead(covering.fd)
+                    self._serve_segment(covering)
             assert covering is not None and segment.next_offset <= covering.next_offset, (
                 segment, covering)
             replaced.discard(id(segment))

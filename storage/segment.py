@@ -23,6 +23,7 @@ from typing import NamedTuple
 
 from storage import limits
 from storage.appender import ChunkPool, DirectWriter
+from storage.direct_read import ReadWindows, SegmentReader
 from storage.index import OffsetIndex, TimeIndex
 from storage.page_cache import read_nowait
 from wire.record_batch import BatchHeader, read_header
@@ -99,11 +100,26 @@ class Segment:
         # Direct mode (storage/appender.py): where appends go, and recent bytes are read
         # from; None in buffered mode, and for a segment that took no append since open.
         self.writer: DirectWriter | None = None
+        # Direct mode, once served: reads of what `writer` does not hold, with O_DIRECT
+        # (storage/direct_read.py); None before (recovery reads through the page cache).
+        self.reader: SegmentReader | None = None
 
     def attach_writer(self, pool: ChunkPool) -> None:
         """From now on appends go through a DirectWriter (direct mode's active segment)."""
         if self.writer is None:
             self.writer = DirectWriter(pool, str(self.log_path), self.size, self.fd)
+
+    def attach_reader(self, windows: ReadWindows) -> None:
+        """From now on reads of what the writer does not hold use O_DIRECT (direct mode,
+        once the log is served)."""
+        if self.reader is None:
+            self.reader = SegmentReader(windows, str(self.log_path))
+
+    @property
+    def file_end(self) -> int:
+        """Where the bytes in the file end: the segment's size, or in direct mode what its
+        writer has written (the rest is in memory only)."""
+        return self.size if self.writer is None else self.writer.written
 
     def __repr__(self) -> str:
         return f"Segment({self.base_offset}..{self.next_offset}, {self.size} bytes)"
@@ -126,6 +142,15 @@ class Segment:
         writer = self.writer
         if writer is not None and writer.holds(position):
             return header_at_position(read_header(writer.read(position, size)), position)
+        reader = self.reader
+        if reader is not None:
+            if not reader.holds(position, size):
+                miss = reader.miss(position, size, self.file_end)
+                if nowait:
+                    raise miss
+                miss.warm()  # here and now: the headers after it come from the window too
+            data = reader.read(position, size)
+            return header_at_position(read_header(data), position)
         if nowait:
             data = read_nowait(self.fd, size, position, limits.cold_read_ahead_bytes)
         else:
@@ -261,6 +286,8 @@ class Segment:
             self.writer.cut(cut)  # waits for a write of it in flight
         else:
             os.ftruncate(self.fd, cut)
+        if self.reader is not None:
+            self.reader.cut()
         self.size = cut
         self.dirty = True
         if cut == 0:
@@ -293,6 +320,8 @@ class Segment:
         a segment out of the log is closed on an I/O thread (the pool is the loop's)."""
         if self.writer is not None:
             self.writer.release_chunks()
+        if self.reader is not None:
+            self.reader.forget()
 
     def close(self) -> None:
         """Close the index fds and let go of the log fd (closed once no FileSlice holds it);
@@ -301,6 +330,8 @@ class Segment:
         self.time_index.close()
         if self.writer is not None:
             self.writer.release()
+        if self.reader is not None:
+            self.reader.close()
         self.file = None
 
     def delete(self) -> None:

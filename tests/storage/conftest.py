@@ -1,6 +1,6 @@
 """Fixtures shared by the storage tests: a factory for each log kind (a DiskLog in buffered
-mode, one in direct mode with a small chunk pool, so that chunks are evicted and reused, and a
-MemoryLog)."""
+mode, one in direct mode with a small chunk pool, so that chunks are evicted and reused, served
+so that what they no longer hold is read with O_DIRECT, and a MemoryLog)."""
 
 from __future__ import annotations
 
@@ -28,8 +28,9 @@ def make_log(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[LogFact
     def factory(config: LogConfig = LogConfig()) -> Log:  # noqa: B008
         if request.param == "disk":
             log: Log = DiskLog.open(tmp_path / f"topic-{len(opened)}", config)
-        elif request.param == "direct":
+        elif request.param == "direct":  # served: old bytes read with O_DIRECT
             log = DiskLog.open(tmp_path / f"topic-{len(opened)}", config, small_pool())
+            log.serve()
         else:
             log = MemoryLog(config)
         opened.append(log)
