@@ -253,7 +253,8 @@ class Replica:
             if not lost:
                 return
             if machine.role == Role.Leader:
-                if 1 + sum(p not in lost for p in machine.peers) >= machine.quorum:
+                if machine.membership.active([machine.id, *(p for p in machine.peers
+                                                             if p not in lost)]):
                     return
             elif machine.leader is not None and machine.leader not in lost:
                 return

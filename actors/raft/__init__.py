@@ -17,8 +17,9 @@ term)` ranges, never bytes. The orchestrator (the Partition actor) drives it:
         m.advance()                rd.committed as the high watermark - 1
 
 Modules: `messages` (what goes in and out), `log` (the epoch cache: offsets and terms),
-`progress` (a leader's view of each follower), `machine` (roles and elections), `leader`
-and `follower` (the two halves of replication), `limits`.
+`progress` (a leader's view of each follower), `quorum` (who decides: voters, a joint
+configuration's two sets, learners), `machine` (roles and elections), `leader` and
+`follower` (the two halves of replication), `limits`.
 """
 
 from actors.raft.log import LogView
@@ -41,10 +42,11 @@ from actors.raft.messages import (
     TruncateAfter,
 )
 from actors.raft.progress import Progress, ProgressState
+from actors.raft.quorum import Membership, VoteResult
 
 __all__ = [
     "LEADER_CHANGE", "AdvanceStart", "Append", "BatchReader", "Config", "HardState",
-    "InstallStart", "LogState", "LogView", "LogWrite", "Message", "MsgType", "NodeId",
-    "Progress", "ProgressState", "RaftMachine", "Range", "Ready", "Role", "SoftState", "Status",
-    "TruncateAfter",
+    "InstallStart", "LogState", "LogView", "LogWrite", "Membership", "Message", "MsgType",
+    "NodeId", "Progress", "ProgressState", "RaftMachine", "Range", "Ready", "Role", "SoftState",
+    "Status", "TruncateAfter", "VoteResult",
 ]

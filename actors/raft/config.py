@@ -26,7 +26,7 @@ BatchReader = Callable[[int, int, int], tuple[int, int]]
 @dataclass(frozen=True, slots=True)
 class Config:
     id: NodeId
-    peers: tuple[NodeId, ...]  # every voter, this one included; their order is the send order
+    peers: tuple[NodeId, ...]  # every voter (this one, unless a learner); the send order
     election_ticks: int = limits.election_ticks_default
     heartbeat_ticks: int = limits.heartbeat_ticks_default
     pre_vote: bool = True
@@ -35,7 +35,11 @@ class Config:
     inflight_bytes_max: int = limits.inflight_bytes_max
     append_bytes_max: int = limits.append_bytes_max
     quiesce: bool = False  # an idle group stops ticking (module docstring)
+    # Replicas that receive the log and do not vote (actors/raft/quorum.py); sent to after
+    # the voters, in this order.
+    learners: tuple[NodeId, ...] = ()
 
     def __post_init__(self) -> None:
-        assert self.id in self.peers and len(set(self.peers)) == len(self.peers), self
+        members = self.peers + self.learners
+        assert self.id in members and len(set(members)) == len(members) and self.peers, self
         assert 0 < self.heartbeat_ticks < self.election_ticks, self

@@ -25,7 +25,7 @@ follower marks it recently active for check-quorum, so an append stands in for a
 from __future__ import annotations
 
 from actors.raft.messages import Message, MsgType, NodeId, Range
-from actors.raft.progress import Progress, ProgressState, quorum_offset
+from actors.raft.progress import Progress, ProgressState
 from actors.raft.state import RaftState
 
 __all__ = ["broadcast_heartbeat", "leader_acked", "send_pending_appends", "step_leader"]
@@ -111,9 +111,9 @@ def leader_acked(r: RaftState) -> None:
 
 
 def _maybe_commit(r: RaftState) -> bool:
-    offsets = [pr.match for pr in r.progress.values()]
-    offsets.append(r.log.flushed_offset)
-    q = quorum_offset(offsets)
+    match = {p: pr.match for p, pr in r.progress.items()}
+    match[r.id] = r.log.flushed_offset
+    q = r.membership.committed(match)  # learners count for nothing
     if q > r.commit and r.log.term_at(q) == r.term:
         r.commit = q
         return True
@@ -146,8 +146,8 @@ def step_leader(r: RaftState, m: Message) -> None:
     elif t == MsgType.MsgUnreachable:
         if pr.state == ProgressState.Replicate:
             pr.become_probe()  # what was in flight is probably lost
-    elif t == MsgType.MsgTransferLeader:
-        _transfer(r, m.sender, pr)
+    elif t == MsgType.MsgTransferLeader and r.membership.is_voter(m.sender):
+        _transfer(r, m.sender, pr)  # (a learner cannot lead)
 
 
 def _handle_append_resp(r: RaftState, m: Message, pr: Progress) -> None:

@@ -86,6 +86,7 @@ from actors.raft.messages import (
     SoftState,
 )
 from actors.raft.progress import Progress
+from actors.raft.quorum import Membership, VoteResult
 
 __all__ = ["BatchReader", "Config", "RaftMachine", "Status"]
 
@@ -118,8 +119,10 @@ class RaftMachine:
         `log`, and a commit offset checkpointed lazily (any value up to the true one)."""
         self.config = config
         self.id = config.id
-        self.peers = tuple(p for p in config.peers if p != config.id)
-        self.quorum = len(config.peers) // 2 + 1
+        # Who decides (quorum.py); `peers`: every other member, voters first, whom a leader
+        # sends the log to.
+        self.membership = Membership(frozenset(config.peers), learners=frozenset(config.learners))
+        self.peers = tuple(p for p in config.peers + config.learners if p != config.id)
         self.rng = rng
         self.batch_reader = batch_reader
         hard_state = hard_state or HardState(0, None)
@@ -157,13 +160,22 @@ class RaftMachine:
 
     # ------------------------------------------------------------------------ inputs
 
+    @property
+    def quorum(self) -> int:
+        """How many voters make a majority (outside a joint configuration)."""
+        return len(self.membership.voters) // 2 + 1
+
+    @property
+    def is_voter(self) -> bool:
+        return self.membership.is_voter(self.id)
+
     def tick(self) -> None:
         """One unit of the orchestrator's clock (none while quiesced)."""
         if self.quiesced:
             return
         self.election_elapsed += 1
         if self.role != Role.Leader:
-            if self.election_elapsed >= self.randomized_election_ticks:
+            if self.election_elapsed >= self.randomized_election_ticks and self.is_voter:
                 self.election_elapsed = 0
                 self.campaign()
             return
@@ -232,7 +244,7 @@ class RaftMachine:
 
     def campaign(self) -> None:
         """MsgHup: start an election (a pre-vote first when configured)."""
-        if self.role != Role.Leader:
+        if self.role != Role.Leader and self.is_voter:  # a learner never stands
             self.wake()
             self._campaign(pre_vote=self.config.pre_vote, transfer=False)
 
@@ -468,10 +480,10 @@ class RaftMachine:
                 and self.election_elapsed < self.config.election_ticks)
 
     def _quorum_active(self) -> bool:
-        active = 1 + sum(pr.recent_active for pr in self.progress.values())
+        heard = [self.id, *(p for p, pr in self.progress.items() if pr.recent_active)]
         for pr in self.progress.values():
             pr.recent_active = False
-        return active >= self.quorum
+        return self.membership.active(heard)
 
     def _campaign(self, pre_vote: bool, transfer: bool) -> None:
         if pre_vote:
@@ -484,20 +496,21 @@ class RaftMachine:
             return  # a single voter: already through
         last, last_term = self.log.last_offset, self.log.last_term
         for p in self.peers:
-            self.send(Message(vote_type, p, self.id, term, offset=last, log_term=last_term,
-                              transfer=transfer))
+            if self.membership.is_voter(p):  # learners' votes count for nothing
+                self.send(Message(vote_type, p, self.id, term, offset=last,
+                                  log_term=last_term, transfer=transfer))
 
     def _poll(self, voter: NodeId, granted: bool) -> bool:
         """Count a vote; True when the election is decided (and acted on)."""
         self.votes.setdefault(voter, granted)
-        yes = sum(self.votes.values())
-        if yes >= self.quorum:
+        result = self.membership.vote_result(self.votes)
+        if result == VoteResult.WON:
             if self.role == Role.PreCandidate:
                 self._campaign(pre_vote=False, transfer=False)
             else:
                 self._become_leader()
             return True
-        if len(self.votes) - yes > len(self.config.peers) - self.quorum:
+        if result == VoteResult.LOST:
             self.become_follower(self.term, None)
             return True
         return False
@@ -539,7 +552,7 @@ class RaftMachine:
             self.election_elapsed = 0
             self.leader = m.sender
             handle_install(self, m)
-        elif t == MsgType.MsgTimeoutNow:
+        elif t == MsgType.MsgTimeoutNow and self.is_voter:
             # The leader chose us: no pre-vote (we are not coming back from a partition),
             # and the votes say "transfer" so that leases do not stop them.
             self._campaign(pre_vote=False, transfer=True)

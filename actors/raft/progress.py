@@ -21,7 +21,7 @@ message, so no separate snapshot state is needed.
 
 `match` only ever counts what the follower has flushed: it answers appends after its own
 sync. The commit offset is the quorum offset of the matches (the leader's own is its flushed
-offset), see `quorum_offset`.
+offset), see `Membership.committed` (quorum.py).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from __future__ import annotations
 import enum
 from collections import deque
 
-__all__ = ["Inflights", "Progress", "ProgressState", "quorum_offset"]
+__all__ = ["Inflights", "Progress", "ProgressState"]
 
 
 class ProgressState(enum.IntEnum):
@@ -167,9 +167,3 @@ class Progress:
             if self.inflights.full():
                 s += "[full]"
         return s
-
-
-def quorum_offset(offsets: list[int]) -> int:
-    """The largest offset that a majority of `offsets` reach."""
-    ranked = sorted(offsets)
-    return ranked[(len(ranked) - 1) // 2]

@@ -11,6 +11,7 @@ from actors.raft.config import BatchReader, Config
 from actors.raft.log import LogView
 from actors.raft.messages import LogWrite, Message, NodeId
 from actors.raft.progress import Progress
+from actors.raft.quorum import Membership
 
 __all__ = ["RaftState"]
 
@@ -19,6 +20,7 @@ class RaftState(Protocol):
     config: Config
     id: NodeId
     peers: tuple[NodeId, ...]
+    membership: Membership
     batch_reader: BatchReader | None
     term: int
     log: LogView

@@ -486,5 +486,8 @@ def _unsynced_tail(written: ModelLog, durable: ModelLog) -> list[Batch]:
     return written.batches[i:]
 
 
-def make_config(node_id: int, n: int, **kw: Any) -> Config:
-    return Config(node_id, tuple(range(1, n + 1)), **kw)
+def make_config(node_id: int, n: int, learners: int = 0, **kw: Any) -> Config:
+    """Nodes 1..n: the last `learners` of them learners, the others voters."""
+    voters = n - learners
+    return Config(node_id, tuple(range(1, voters + 1)),
+                  learners=tuple(range(voters + 1, n + 1)), **kw)

@@ -12,7 +12,9 @@ of comparing (then read the diff). Commands (node ids are 1..n):
 
     add-nodes N [prevote=B] [checkquorum=B] [election=T] [heartbeat=T] [inflight=N]
               [inflight-bytes=N] [append-bytes=N] [reader=B] [index=K] [quiesce=B]
+              [learners=L]
                                   K: every node starts with offsets 0..K-1 of term 1, synced
+                                  L: the last L nodes are learners (they never vote)
     campaign N | propose N RECORDS | transfer-leader N TO | report-unreachable N PEER
     process-ready N...            handle each node's Ready (print it; flush nothing)
     fail-appends N                handle N's Ready, the disk refusing its appends; the
@@ -175,7 +177,8 @@ class Env:
                                  ("inflight", "inflight_messages_max", int),
                                  ("inflight-bytes", "inflight_bytes_max", int),
                                  ("append-bytes", "append_bytes_max", int),
-                                 ("quiesce", "quiesce", _flag)):
+                                 ("quiesce", "quiesce", _flag),
+                                 ("learners", "learners", int)):
             if key in opts:
                 kw[field] = conv(opts[key])
         index = int(opts.get("index", 0))

@@ -8,7 +8,7 @@ import random
 import pytest
 
 from actors.raft import LogState, LogView, Range
-from actors.raft.progress import Inflights, Progress, ProgressState, quorum_offset
+from actors.raft.progress import Inflights, Progress, ProgressState
 
 
 def view_of(terms: list[int], start: int = 0, prev_term: int = 0) -> LogView:
@@ -132,10 +132,3 @@ def test_progress_probe_then_replicate() -> None:
     pr.inflights.free_upto(20)
     assert not pr.inflights.full()
     assert pr.maybe_decrease(25, 0) and pr.next == 21  # replicate: back to match + 1
-
-
-def test_quorum_offset() -> None:
-    assert quorum_offset([5]) == 5
-    assert quorum_offset([7, 3, 5]) == 5
-    assert quorum_offset([1, 9, 9, 2]) == 2  # 3 of 4 reach 2
-    assert quorum_offset([4, 8, 6, -1, 10]) == 6
