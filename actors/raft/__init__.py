@@ -8,6 +8,7 @@ term)` ranges, never bytes. The orchestrator (the Partition actor) drives it:
     m.tick()                       every tick of its clock
     m.step(message)                every message from a peer (payload: the batches' bytes)
     m.propose(records, payload)    leader: a batch appended -> its Range, or None
+    m.propose_membership(new)      leader: a membership change appended (quorum.py)
     m.flushed(offset, term)        its log is synced up to offset (term: the batch's there)
     m.set_log_start(offset)        retention or DeleteRecords removed what is below offset
     m.log_write_failed(last)       a write it asked for was not made: the log ends at last
@@ -28,6 +29,7 @@ from actors.raft.messages import (
     LEADER_CHANGE,
     AdvanceStart,
     Append,
+    ConfChange,
     HardState,
     InstallStart,
     LogState,
@@ -45,7 +47,8 @@ from actors.raft.progress import Progress, ProgressState
 from actors.raft.quorum import Membership, VoteResult
 
 __all__ = [
-    "LEADER_CHANGE", "AdvanceStart", "Append", "BatchReader", "Config", "HardState",
+    "LEADER_CHANGE", "AdvanceStart", "Append", "BatchReader", "Config", "ConfChange",
+    "HardState",
     "InstallStart", "LogState", "LogView", "LogWrite", "Membership", "Message", "MsgType",
     "NodeId", "Progress", "ProgressState", "RaftMachine", "Range", "Ready", "Role", "SoftState",
     "Status", "TruncateAfter", "VoteResult",

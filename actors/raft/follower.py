@@ -7,7 +7,9 @@ An append (MsgApp) names the leader's prev (offset, term) and ranges. The follow
    below prev whose term is <= the prev term, and that term (the leader skips a term);
 3. finds the first range offset it does not hold with the range's term, truncates its tail
    from there (never below its commit) and appends the rest: `TruncateAfter` and `Append`
-   (with the message's payload: the batches' bytes) in the Ready;
+   (with the message's payload: the batches' bytes) in the Ready; the membership changes
+   among what it appended (the message's `confs`) are in force from now on, and those the
+   truncation removed no longer are (the machine acts on both);
 4. notes that its log matches the leader's up to the message's end (`leader_match`) and that
    an answer is owed up to there (`ack_pending`).
 
@@ -84,6 +86,9 @@ def handle_append(r: RaftState, m: Message) -> None:
         new = (Range(first, rg.last, rg.term), *ranges[i + 1:])
         for x in new:
             log.append(x)
+        for offset, membership in m.confs:  # in force as appended (log.py)
+            if offset >= first:
+                log.add_conf(offset, membership)
         r.log_writes.append(Append(new, m.payload))
         break
     _accept(r, ranges[-1].last if ranges else prev, m.commit)
@@ -134,8 +139,9 @@ def handle_install(r: RaftState, m: Message) -> None:
     elif _holds(r, before_start, m.log_term, m.ranges):
         _accept(r, before_start, m.commit)
     else:
-        r.log.restart(before_start + 1, m.log_term)
-        r.log_writes.append(InstallStart(before_start + 1, m.log_term))
+        membership = m.confs[0][1] if m.confs else None
+        r.log.restart(before_start + 1, m.log_term, membership)
+        r.log_writes.append(InstallStart(before_start + 1, m.log_term, r.log.membership))
         r.commit = before_start  # all below the leader's log start is committed
         r.leader_match = before_start
         _accept(r, before_start, m.commit)

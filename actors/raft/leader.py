@@ -71,8 +71,9 @@ def _send_append(r: RaftState, to: NodeId, force: bool) -> bool:
     if not ranges and not force and not (commit > pr.sent_commit
                                          and pr.sent_commit < pr.next - 1):
         return False  # nothing to send, and the follower's commit is as far as it can go
+    confs = log.confs_in(ranges[0].base, ranges[-1].last) if ranges else ()
     r.send(Message(MsgType.MsgApp, to, r.id, r.term, offset=prev, log_term=prev_term,
-                   ranges=ranges, commit=commit, log_start=log.log_start))
+                   ranges=ranges, commit=commit, log_start=log.log_start, confs=confs))
     pr.sent_append(ranges[-1].last if ranges else None, size)
     pr.sent_commit = commit
     return True
@@ -87,7 +88,8 @@ def _send_install(r: RaftState, to: NodeId, pr: Progress) -> bool:
     # where we do not know the term before our start (follower.py).
     first = () if start > log.last_offset else (Range(start, start, log.term_at(start) or 0),)
     r.send(Message(MsgType.MsgSnap, to, r.id, r.term, offset=start - 1,
-                   log_term=log.term_at(start - 1) or 0, ranges=first, commit=r.commit))
+                   log_term=log.term_at(start - 1) or 0, ranges=first, commit=r.commit,
+                   confs=((start - 1, log.membership_at(start - 1)),)))
     pr.sent_install(start)
     return True
 

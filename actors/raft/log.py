@@ -20,6 +20,17 @@ truncation, raised only by `mark_flushed(offset, term)` when the entry at `offse
 `term` (a sync that raced a truncation proves nothing about the entries written since).
 After `restart` it is -1: not even the new start is durable until reported.
 
+Memberships (quorum.py) ride the log the same way: a configuration change is an entry of its
+own (one batch at one offset), in force from the moment it is appended (Raft's rule for
+configuration entries, etcd's too), gone again if a truncation removes it. The view keeps
+the membership in force at `log_start - 1` (from before the log start: the configuration
+the log was started with, or that an install carried) and each change since:
+
+    confs  [(9, {1,2,3}), (14, {1,2,3,4}&&{1,2,3}), (15, {1,2,3,4})]
+
+`membership` is the last one, `membership_at(o)` a bisection; `truncate_after` drops changes
+past the cut, `set_log_start` keeps the last change below the new start as the anchor.
+
 Conflict hints (etcd's findConflictByTerm): `find_conflict_by_term(o, t)` is the largest
 offset <= o whose term is <= t. A follower rejecting prev (o, t) answers it; the leader turns
 the hint back into its own log (`probe_hint`), so one round trip skips a whole divergent
@@ -34,6 +45,7 @@ from bisect import bisect_right
 from collections.abc import Iterator
 
 from actors.raft.messages import LogState, Range
+from actors.raft.quorum import Membership
 
 __all__ = ["LogView"]
 
@@ -41,10 +53,29 @@ __all__ = ["LogView"]
 class LogView:
     """Offsets and the epoch cache of one replica's log (see the module docstring)."""
 
-    __slots__ = ("_starts", "_terms", "log_start", "last_offset", "flushed_offset")
+    __slots__ = ("_starts", "_terms", "_conf_offsets", "_confs", "log_start", "last_offset",
+                 "flushed_offset")
 
-    def __init__(self, state: LogState | None = None) -> None:
+    def __init__(self, state: LogState | None = None,
+                 membership: Membership | None = None) -> None:
+        """`membership`: the one in force before any change in `state`'s log (a log that
+        carries its own anchor, `state.confs`, does not need it)."""
         state = state or LogState(0, 0, (), -1)
+        confs = list(state.confs)
+        if not confs or confs[0][0] >= state.log_start:  # no anchor: `membership` is
+            confs.insert(0, (state.log_start - 1, membership))
+        anchor, first = confs[0]
+        assert first is not None and anchor <= state.log_start - 1, state
+        self._conf_offsets = [state.log_start - 1]
+        self._confs: list[Membership] = [first]
+        for offset, conf in confs[1:]:
+            assert offset <= state.last_offset, (offset, state)
+            if offset <= state.log_start - 1:
+                self._confs[-1] = conf  # before the start: the anchor's
+            else:
+                assert self._conf_offsets[-1] < offset, (offset, state)
+                self._conf_offsets.append(offset)
+                self._confs.append(conf)
         self.log_start = state.log_start
         self.last_offset = state.last_offset
         self._starts = [state.log_start - 1]
@@ -91,7 +122,42 @@ class LogView:
         runs = tuple((s, t) for s, t in zip(self._starts, self._terms, strict=True)
                      if s >= self.log_start)
         return LogState(self.log_start, self.term_at(self.log_start - 1) or 0, runs,
-                        self.last_offset)
+                        self.last_offset, self.confs())
+
+    # ------------------------------------------------------------------------ memberships
+
+    @property
+    def membership(self) -> Membership:
+        """The membership in force: the last change the log holds, else its anchor's."""
+        return self._confs[-1]
+
+    def membership_at(self, offset: int) -> Membership:
+        """The membership in force at `offset` (from `log_start - 1` on)."""
+        return self._confs[max(bisect_right(self._conf_offsets, offset) - 1, 0)]
+
+    def last_conf_offset(self) -> int:
+        """The offset of the last change the log holds; `log_start - 1` if none."""
+        return self._conf_offsets[-1]
+
+    def confs(self) -> tuple[tuple[int, Membership], ...]:
+        """(offset, membership): the anchor (at log_start - 1), then each change."""
+        return tuple(zip(self._conf_offsets, self._confs, strict=True))
+
+    def confs_in(self, first: int, last: int) -> tuple[tuple[int, Membership], ...]:
+        """The changes at offsets `first..last`."""
+        i = bisect_right(self._conf_offsets, first - 1)
+        out = []
+        while i < len(self._conf_offsets) and self._conf_offsets[i] <= last:
+            if i > 0:  # never the anchor
+                out.append((self._conf_offsets[i], self._confs[i]))
+            i += 1
+        return tuple(out)
+
+    def add_conf(self, offset: int, membership: Membership) -> None:
+        """A configuration change appended at `offset` (already in the log's offsets)."""
+        assert self._conf_offsets[-1] < offset <= self.last_offset, (offset, self)
+        self._conf_offsets.append(offset)
+        self._confs.append(membership)
 
     def ranges(self, first: int, last: int) -> tuple[Range, ...]:
         """The log's offsets `first..last` as one Range per term."""
@@ -169,12 +235,20 @@ class LogView:
         while self._starts[-1] > offset:
             self._starts.pop()
             self._terms.pop()
+        while self._conf_offsets[-1] > offset:
+            self._conf_offsets.pop()
+            self._confs.pop()
         self.last_offset = offset
         self.flushed_offset = min(self.flushed_offset, offset)
 
-    def restart(self, log_start: int, prev_term: int) -> None:
+    def restart(self, log_start: int, prev_term: int,
+                membership: Membership | None = None) -> None:
+        """Empty again, at `log_start`: an install, which carries the membership in force
+        there (None: the one in force now)."""
         self._starts = [log_start - 1]
         self._terms = [prev_term]
+        self._conf_offsets = [log_start - 1]
+        self._confs = [membership or self._confs[-1]]
         self.log_start = log_start
         self.last_offset = log_start - 1
         self.flushed_offset = -1
@@ -184,6 +258,9 @@ class LogView:
         assert self.log_start <= offset <= self.last_offset + 1, (offset, self.log_start)
         while len(self._starts) > 1 and self._starts[1] <= offset - 1:
             del self._starts[0], self._terms[0]
+        while len(self._conf_offsets) > 1 and self._conf_offsets[1] <= offset - 1:
+            del self._conf_offsets[0], self._confs[0]
+        self._conf_offsets[0] = offset - 1
         self.log_start = offset
 
     def mark_flushed(self, offset: int, term: int) -> bool:

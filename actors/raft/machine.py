@@ -74,6 +74,7 @@ from actors.raft.log import LogView
 from actors.raft.messages import (
     LEADER_CHANGE,
     Append,
+    ConfChange,
     HardState,
     LogState,
     LogWrite,
@@ -86,7 +87,7 @@ from actors.raft.messages import (
     SoftState,
 )
 from actors.raft.progress import Progress
-from actors.raft.quorum import Membership, VoteResult
+from actors.raft.quorum import Membership, VoteResult, is_step
 
 __all__ = ["BatchReader", "Config", "RaftMachine", "Status"]
 
@@ -121,14 +122,16 @@ class RaftMachine:
         self.id = config.id
         # Who decides (quorum.py); `peers`: every other member, voters first, whom a leader
         # sends the log to.
-        self.membership = Membership(frozenset(config.peers), learners=frozenset(config.learners))
-        self.peers = tuple(p for p in config.peers + config.learners if p != config.id)
         self.rng = rng
         self.batch_reader = batch_reader
         hard_state = hard_state or HardState(0, None)
         self.term = hard_state.term
         self.vote = hard_state.vote
-        self.log = LogView(log)
+        self.log = LogView(log, Membership(frozenset(config.peers),
+                                           learners=frozenset(config.learners)))
+        self.membership = self.log.membership
+        self.peers: tuple[NodeId, ...] = ()
+        self._set_peers()
         self.commit = max(min(committed, self.log.last_offset), self.log.log_start - 1)
         self.role = Role.Follower
         self.leader: NodeId | None = None
@@ -258,6 +261,67 @@ class RaftMachine:
         self.wake()
         return self._append_local(records, payload)
 
+    def propose_membership(self, new: Membership) -> Range | None:
+        """The leader appends a membership change (one record, payload `ConfChange`): in
+        force from now on, here and on each follower as it appends it (log.py). None when
+        refused: not the leader, a transfer under way, a change not yet committed (one at a
+        time), no entry of this term committed yet (a new leader's change could otherwise
+        be one of two different changes made in two terms on two overlapping majorities:
+        the single-server bug Ongaro found), or not one step (`is_step`). A joint
+        configuration is left by the leader on its own once it commits; a leader the change
+        removes leads until the change that leaves it out commits, then steps down."""
+        if (self.role != Role.Leader or self.transferee is not None
+                or self.log.last_conf_offset() > self.commit
+                or self.log.term_at(self.commit) != self.term  # (below)
+                or not is_step(self.membership, new)):
+            return None
+        self.wake()
+        return self._append_membership(new)
+
+    def _append_membership(self, new: Membership) -> Range:
+        r = self._append_local(1, ConfChange(new))
+        self.log.add_conf(r.base, new)
+        self._follow_membership()
+        return r
+
+    def _follow_membership(self) -> None:
+        """Act by the membership the log holds now (a change appended or cut away), and, as
+        the leader, on a change that committed: leave a joint configuration, or step down
+        from a group whose voters no longer include this node."""
+        if self.log.membership is not self.membership:
+            self.membership = self.log.membership
+            self._set_peers()
+            if self.role == Role.Leader:
+                cfg = self.config
+                for p in self.peers:
+                    if p not in self.progress:
+                        self.progress[p] = Progress(self.log.last_offset + 1,
+                                                    cfg.inflight_messages_max,
+                                                    cfg.inflight_bytes_max)
+                        self.want_append[p] = True
+                for p in [p for p in self.progress if p not in self.peers]:
+                    del self.progress[p]
+                    self.want_append.pop(p, None)
+                if self.transferee is not None and not self.membership.is_voter(
+                        self.transferee):
+                    self.transferee = None
+        if self.role != Role.Leader or self.log.last_conf_offset() > self.commit:
+            return
+        if self.membership.joint:
+            self._append_membership(Membership(self.membership.voters,
+                                               learners=self.membership.learners))
+        elif not self.is_voter:
+            self.become_follower(self.term, None)
+
+    def _set_peers(self) -> None:
+        """`peers` from the membership in force: the config's order first (the send order),
+        then any other member, voters before learners."""
+        m = self.membership
+        known = [p for p in self.config.peers + self.config.learners if p in m.members]
+        voters = sorted((p for p in m.all_voters if p not in known), key=str)
+        learners = sorted((p for p in m.learners if p not in known), key=str)
+        self.peers = tuple(p for p in known + voters + learners if p != self.id)
+
     def transfer_leader(self, to: NodeId) -> None:
         """MsgTransferLeader: hand leadership to `to` (a leader's; others ignore it)."""
         self.step(Message(MsgType.MsgTransferLeader, self.id, to, 0))
@@ -288,6 +352,10 @@ class RaftMachine:
 
     def step(self, m: Message) -> None:
         """Take one message: from a peer (term > 0) or local (term 0)."""
+        self._step(m)
+        self._follow_membership()
+
+    def _step(self, m: Message) -> None:
         if self.quiesced and self._wakes(m):
             # A vote from a follower's own leader: it no longer leads, the lease is over.
             self.wake(lost_touch=m.type in _VOTES and self.role != Role.Leader)
@@ -328,6 +396,7 @@ class RaftMachine:
             return
         if self.role == Role.Leader:
             leader_acked(self)
+            self._follow_membership()
         else:
             maybe_ack(self)
 
@@ -345,6 +414,7 @@ class RaftMachine:
             return
         claimed = log.last_offset
         log.truncate_after(last_offset)
+        self._follow_membership()
         # Known commit never past the log (handle_append relies on it); what the leader
         # committed comes back with its appends. The orchestrator, told more already, is
         # told nothing until the commit passes that again (ready()).

@@ -16,7 +16,9 @@ passed through the machine untouched to the follower's `Append` write).
     MsgPreVoteResp     T*     -                   -             reject
     MsgVoteResp        T*     -                   -             reject
     MsgApp             T      prev offset         prev term     ranges, commit, payload,
-                                                                log_start (the leader's)
+                                                                log_start (the leader's),
+                                                                confs: the membership
+                                                                changes among the ranges
     MsgAppResp         T      acked (flushed)     hint term     reject: offset = rejected
                               offset                            prev (or the end claimed
                                                                 before a failed write),
@@ -28,7 +30,9 @@ passed through the machine untouched to the follower's `Append` write).
     MsgHeartbeatResp   T      -                   -             log_start (the follower's)
     MsgSnap            T      log start - 1       its term      commit: "restart your log
                                                                 here", ranges: its first
-                                                                entry (offset, term) if any
+                                                                entry (offset, term) if any,
+                                                                confs: the membership in
+                                                                force at log start - 1
     MsgTimeoutNow      T      -                   -             the transferee campaigns now
 
     T*: a granted (pre)vote answers with the request's term, a rejection with the voter's.
@@ -50,9 +54,9 @@ from collections.abc import Hashable
 from typing import Any, NamedTuple
 
 __all__ = [
-    "LEADER_CHANGE", "AdvanceStart", "Append", "HardState", "InstallStart", "LogState",
-    "LogWrite", "Message", "MsgType", "NodeId", "Range", "Ready", "Role", "SoftState",
-    "TruncateAfter",
+    "LEADER_CHANGE", "AdvanceStart", "Append", "ConfChange", "HardState", "InstallStart",
+    "LogState", "LogWrite", "Message", "MsgType", "NodeId", "Range", "Ready", "Role",
+    "SoftState", "TruncateAfter",
 ]
 
 NodeId = Hashable
@@ -114,6 +118,7 @@ class Message(NamedTuple):
     quiesce: bool = False
     log_start: int = -1
     payload: Any = None  # the batches' bytes, attached and read by the orchestrator only
+    confs: tuple[tuple[int, Any], ...] = ()  # (offset, Membership) (the table above)
 
 
 class HardState(NamedTuple):
@@ -135,12 +140,15 @@ class LogState(NamedTuple):
 
     `runs` is the epoch cache: (start offset, term) of each term's first batch at or after
     `log_start`, ascending; `prev_term` is the term of the entry at `log_start - 1` (0 for an
-    empty log that starts at 0)."""
+    empty log that starts at 0); `confs` the memberships, as the epoch cache's runs."""
 
     log_start: int
     prev_term: int
     runs: tuple[tuple[int, int], ...]
     last_offset: int
+    # (offset, Membership): the one in force at log_start - 1, then each change in the log
+    # (log.py); empty: none since the group's Config, which is in force.
+    confs: tuple[tuple[int, Any], ...] = ()
 
 
 # The payload of the no-op a new leader appends: write a Kafka LEADER_CHANGE control batch of
@@ -165,11 +173,20 @@ class TruncateAfter(NamedTuple):
 
 class InstallStart(NamedTuple):
     """Remove every batch and restart the log empty at `log_start`; the entry before it had
-    `prev_term` (keep it with the log: the epoch cache's first entry). Kafka's follower
-    truncation to the leader's log start."""
+    `prev_term` (keep it with the log: the epoch cache's first entry), and `membership` was
+    in force there (keep it too: the log's anchor membership). Kafka's follower truncation
+    to the leader's log start."""
 
     log_start: int
     prev_term: int
+    membership: Any = None
+
+
+class ConfChange(NamedTuple):
+    """The payload of a membership change the leader appends (`propose_membership`): write
+    a control batch of one record carrying `membership` at the Append's offset."""
+
+    membership: Any
 
 
 class AdvanceStart(NamedTuple):

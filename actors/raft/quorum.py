@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 from actors.raft.messages import NodeId
 
-__all__ = ["Membership", "VoteResult", "majority_offset"]
+__all__ = ["Membership", "VoteResult", "is_step", "majority_offset"]
 
 
 class VoteResult(enum.Enum):
@@ -115,3 +115,19 @@ class Membership:
         if self.learners:
             out += f" learners=({ids(self.learners)})"
         return out
+
+
+def is_step(old: Membership, new: Membership) -> bool:
+    """Whether `new` may follow `old` directly in a group's log (etcd's ConfChangeV2 rules):
+    from a joint configuration only leaving it (its incoming voters alone; learners as they
+    are to be); else entering a joint configuration whose outgoing voters are `old`'s, or a
+    change of at most one voter (one server at a time, Raft's simple rule), learners as they
+    are to be. Two majorities of a one-voter change always overlap, so it needs no joint
+    step; any larger change does."""
+    if new == old:
+        return False
+    if old.joint:
+        return not new.joint and new.voters == old.voters
+    if new.joint:
+        return new.outgoing == old.voters
+    return len(old.voters ^ new.voters) <= 1

@@ -23,6 +23,7 @@ from actors.raft import (
     LEADER_CHANGE,
     AdvanceStart,
     Append,
+    ConfChange,
     Config,
     HardState,
     InstallStart,
@@ -46,19 +47,22 @@ class Batch(NamedTuple):
 
 
 class ModelLog:
-    """A log of whole batches starting at `start`; the entry before it had `prev_term`."""
+    """A log of whole batches starting at `start`; the entry before it had `prev_term`, and
+    `start_conf` was the membership in force there (None: the group's Config's). A batch
+    whose ident is a `ConfChange` is a membership change."""
 
-    __slots__ = ("start", "prev_term", "batches", "bases")
+    __slots__ = ("start", "prev_term", "batches", "bases", "start_conf")
 
     def __init__(self, start: int = 0, prev_term: int = 0,
-                 batches: list[Batch] | None = None) -> None:
+                 batches: list[Batch] | None = None, start_conf: Any = None) -> None:
         self.start = start
         self.prev_term = prev_term
         self.batches = list(batches or [])
         self.bases = [b.base for b in self.batches]
+        self.start_conf = start_conf
 
     def copy(self) -> ModelLog:
-        return ModelLog(self.start, self.prev_term, self.batches)
+        return ModelLog(self.start, self.prev_term, self.batches, self.start_conf)
 
     @property
     def last_offset(self) -> int:
@@ -87,8 +91,8 @@ class ModelLog:
         return b.term if b else None
 
     def same(self, other: ModelLog) -> bool:
-        return (self.start, self.prev_term, self.batches) == (
-            other.start, other.prev_term, other.batches)
+        return (self.start, self.prev_term, self.batches, self.start_conf) == (
+            other.start, other.prev_term, other.batches, other.start_conf)
 
     def whole(self, first: int, last: int) -> tuple[Batch, ...] | None:
         """The batches `first..last` if the log holds them whole (an append's payload)."""
@@ -123,6 +127,9 @@ class ModelLog:
         if i:
             assert self.batches[i - 1].last == offset - 1, (offset, self.batches[i - 1])
             self.prev_term = self.batches[i - 1].term
+            for b in self.batches[:i]:
+                if isinstance(b.ident, ConfChange):
+                    self.start_conf = b.ident.membership
             del self.batches[:i], self.bases[:i]
         self.start = offset
 
@@ -146,8 +153,13 @@ class ModelLog:
                 term = b.term
         return tuple(out)
 
+    def confs(self) -> tuple[tuple[int, Any], ...]:
+        anchor = ((self.start - 1, self.start_conf),) if self.start_conf is not None else ()
+        return anchor + tuple((b.base, b.ident.membership) for b in self.batches
+                              if isinstance(b.ident, ConfChange))
+
     def state(self) -> LogState:
-        return LogState(self.start, self.prev_term, self.runs(), self.last_offset)
+        return LogState(self.start, self.prev_term, self.runs(), self.last_offset, self.confs())
 
 
 class Applier:
@@ -383,7 +395,7 @@ class Node:
         if torn is not None:
             if isinstance(cut, InstallStart):
                 if torn.random() < 0.5:
-                    kept = ModelLog(cut.log_start, 0)
+                    kept = ModelLog(cut.log_start, 0, start_conf=cut.membership)
                     left = "half_reset"
             elif cut is None:
                 tail = _unsynced_tail(self.written, kept)
@@ -417,7 +429,10 @@ class Node:
         view, w = self.machine.log, self.view
         assert (view.log_start, view.last_offset) == (w.start, w.last_offset), (
             self.id, view.state(), w.state())
-        assert view.state() == w.state(), (self.id, view.state(), w.state())
+        mine, model = view.state(), w.state()
+        if w.start_conf is None:  # the anchor is the Config's
+            mine = mine._replace(confs=mine.confs[1:])
+        assert mine == model, (self.id, mine, model)
 
 
 def apply_write(log: ModelLog, w: LogWrite, incarnation: int = 0) -> ModelLog:
@@ -426,7 +441,7 @@ def apply_write(log: ModelLog, w: LogWrite, incarnation: int = 0) -> ModelLog:
     if isinstance(w, TruncateAfter):
         log.truncate_after(w.offset)
     elif isinstance(w, InstallStart):
-        return ModelLog(w.log_start, w.prev_term)
+        return ModelLog(w.log_start, w.prev_term, start_conf=w.membership)
     elif isinstance(w, AdvanceStart):  # durable with the next sync (a checkpoint)
         offset = min(w.offset, log.last_offset + 1)  # within the log (actors/log_lifecycle.py)
         if offset > log.start:
@@ -466,7 +481,7 @@ def _batches(w: Append, log: ModelLog, incarnation: int) -> list[Batch] | None:
 def _cut_image(image: ModelLog, cut: TruncateAfter | InstallStart) -> ModelLog:
     """What is left of an older image of the log once `cut` is durable."""
     if isinstance(cut, InstallStart):
-        return ModelLog(cut.log_start, cut.prev_term)
+        return ModelLog(cut.log_start, cut.prev_term, start_conf=cut.membership)
     if image.last_offset > cut.offset:
         image = image.copy()
         while image.batches and image.batches[-1].last > cut.offset:

@@ -16,6 +16,8 @@ of comparing (then read the diff). Commands (node ids are 1..n):
                                   K: every node starts with offsets 0..K-1 of term 1, synced
                                   L: the last L nodes are learners (they never vote)
     campaign N | propose N RECORDS | transfer-leader N TO | report-unreachable N PEER
+    propose-membership N voters=A,B,.. [outgoing=..] [learners=..]
+                                  N (the leader) appends a membership change
     process-ready N...            handle each node's Ready (print it; flush nothing)
     fail-appends N                handle N's Ready, the disk refusing its appends; the
                                   machine is told where the log ends (log_write_failed)
@@ -50,6 +52,7 @@ from actors.raft import (
     Append,
     HardState,
     InstallStart,
+    Membership,
     Message,
     MsgType,
     Ready,
@@ -203,6 +206,17 @@ class Env:
         r = self.node(args[0]).machine.propose(int(args[1]), f"p{self.proposals}")
         return [f"refused (p{self.proposals})" if r is None
                 else f"p{self.proposals}: {r.base}-{r.last}@{r.term}"]
+
+    def cmd_propose_membership(self, args: list[str]) -> list[str]:
+        opts = dict(a.split("=") for a in args[1:])
+
+        def ids(key: str) -> frozenset[int]:
+            return frozenset(int(x) for x in opts.get(key, "").split(",") if x)
+
+        new = Membership(ids("voters"), ids("outgoing"), ids("learners"))
+        r = self.node(args[0]).machine.propose_membership(new)
+        return [f"refused ({new.describe()})" if r is None
+                else f"{new.describe()}: {r.base}@{r.term}"]
 
     def cmd_transfer_leader(self, args: list[str]) -> list[str]:
         self.node(args[0]).machine.transfer_leader(int(args[1]))
@@ -359,7 +373,9 @@ class Env:
                                   committed=int(opts.get("commit", -1)),
                                   use_reader=old.use_reader)
         self.inbox[old.id] = []
-        return [f"{log.state()}"]
+        state = log.state()
+        return [f"LogState(log_start={state.log_start}, prev_term={state.prev_term}, "
+                f"runs={state.runs}, last_offset={state.last_offset})"]
 
     def cmd_status(self, args: list[str]) -> list[str]:
         s = self.node(args[0]).machine.status()
@@ -367,6 +383,12 @@ class Env:
                  f"log={s.log_start}..{s.last_offset} flushed={s.flushed_offset}"
                  + (f" transferee={s.transferee}" if s.transferee is not None else "")
                  + (" quiesced" if self.node(args[0]).machine.quiesced else "")]
+        machine = self.node(args[0]).machine
+        if machine.log.confs()[1:] or machine.log.membership != Membership(
+                frozenset(machine.config.peers), learners=frozenset(machine.config.learners)):
+            changes = ", ".join(f"{o} {m.describe()}" for o, m in machine.log.confs()[1:])
+            lines.append(f"membership {machine.membership.describe()}"
+                         + (f" (changes at {changes})" if changes else ""))
         progress = self.node(args[0]).machine.progress
         lines.extend(f"{p}: {d}" + (f" start={progress[p].log_start}"
                                     if progress[p].log_start > 0 else "")

@@ -7,13 +7,15 @@ import random
 
 import pytest
 
-from actors.raft import LogState, LogView, Range
+from actors.raft import LogState, LogView, Membership, Range
 from actors.raft.progress import Inflights, Progress, ProgressState
+
+THREE = Membership(frozenset({1, 2, 3}))
 
 
 def view_of(terms: list[int], start: int = 0, prev_term: int = 0) -> LogView:
     """A view of a log whose offset start + i has terms[i]."""
-    v = LogView(LogState(start, prev_term, (), start - 1))
+    v = LogView(LogState(start, prev_term, (), start - 1), THREE)
     for i, t in enumerate(terms):
         v.append(Range(start + i, start + i, t))
     return v
@@ -24,12 +26,12 @@ def test_term_at_and_runs() -> None:
     assert v.runs() == [(9, 1), (13, 3), (16, 4)]
     assert [v.term_at(o) for o in range(8, 19)] == [None, 1, 1, 1, 1, 3, 3, 3, 4, 4, None]
     assert (v.last_offset, v.last_term) == (17, 4)
-    assert v.state() == LogState(10, 1, ((13, 3), (16, 4)), 17)
+    assert v.state() == LogState(10, 1, ((13, 3), (16, 4)), 17, ((9, THREE),))
     assert LogView(v.state()).runs() == v.runs()
 
 
 def test_empty_log_anchor() -> None:
-    v = LogView()
+    v = LogView(membership=THREE)
     assert (v.log_start, v.last_offset, v.flushed_offset) == (0, -1, -1)
     assert v.term_at(-1) == 0 and v.term_at(0) is None
     assert v.is_up_to_date(-1, 0) and not v.is_up_to_date(-2, 0)
@@ -100,7 +102,7 @@ def test_conflict_hints_against_a_plain_list(seed: int) -> None:
 def test_probe_hint_stays_on_our_batch_ends() -> None:
     # ours: 0@1 [1-5]@1 6@3; the follower's entry at 3 has term 2 (a batch 3-3@2 of its own):
     # our offset 3 is inside a batch of ours, so the probe goes from our previous term's end.
-    v = LogView(LogState(0, 0, ((0, 1), (6, 3)), 6))
+    v = LogView(LogState(0, 0, ((0, 1), (6, 3)), 6), THREE)
     assert v.find_conflict_by_term(3, 2) == (3, 1)
     assert v.probe_hint(3, 2) == -1
     assert v.probe_hint(3, 1) == 3  # same (offset, term): the same batch, ending there
@@ -132,3 +134,27 @@ def test_progress_probe_then_replicate() -> None:
     pr.inflights.free_upto(20)
     assert not pr.inflights.full()
     assert pr.maybe_decrease(25, 0) and pr.next == 21  # replicate: back to match + 1
+
+
+def test_memberships_ride_the_log() -> None:
+    """Changes in force from their offset; cut away with it; the last one below a new log
+    start becomes the anchor; an install's membership is the new anchor."""
+    four = Membership(frozenset({1, 2, 3, 4}))
+    joint = Membership(frozenset({1, 4}), outgoing=frozenset({1, 2, 3, 4}))
+    two = Membership(frozenset({1, 4}))
+    v = view_of([1, 1, 1, 2, 2, 2, 2])
+    v.add_conf(2, four)
+    v.add_conf(4, joint)
+    v.add_conf(5, two)
+    assert v.membership == two and v.last_conf_offset() == 5
+    assert [v.membership_at(o) for o in (-1, 1, 2, 3, 4, 5, 6)] == [
+        THREE, THREE, four, four, joint, two, two]
+    assert v.confs_in(0, 4) == ((2, four), (4, joint)) and v.confs_in(5, 6) == ((5, two),)
+    assert LogView(v.state()).confs() == v.confs()
+    v.truncate_after(4)  # the leave is cut away: the joint configuration is in force again
+    assert v.membership == joint and v.confs() == ((-1, THREE), (2, four), (4, joint))
+    v.set_log_start(4)  # the change at 2 is below the start: the anchor now
+    assert v.confs() == ((3, four), (4, joint)) and v.membership_at(3) == four
+    assert LogView(v.state(), THREE).confs() == v.confs()  # a restart keeps the anchor
+    v.restart(10, 2, two)
+    assert v.confs() == ((9, two),) and v.membership == two

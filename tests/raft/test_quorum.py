@@ -7,7 +7,7 @@ import itertools
 
 import pytest
 
-from actors.raft.quorum import Membership, VoteResult, majority_offset
+from actors.raft.quorum import Membership, VoteResult, is_step, majority_offset
 
 pytestmark = pytest.mark.timeout(10)
 
@@ -66,3 +66,19 @@ def test_check_quorum_and_the_sets_are_checked() -> None:
         Membership({1, 2}, learners={2})
     with pytest.raises(AssertionError):
         Membership(set())
+
+
+def test_one_step_at_a_time() -> None:
+    three = Membership({1, 2, 3}, learners={4})
+    assert is_step(three, Membership({1, 2, 3, 4}))  # a learner promoted: one voter more
+    assert is_step(three, Membership({1, 2}, learners={4}))  # one voter less
+    assert is_step(three, Membership({1, 2, 3}, learners={4, 5}))  # learners only
+    assert not is_step(three, Membership({1, 2, 4, 5}))  # two voters differ: joint first
+    assert not is_step(three, three)
+    joint = Membership({1, 4, 5}, outgoing={1, 2, 3})
+    assert is_step(three, joint)
+    assert not is_step(three, Membership({1, 4, 5}, outgoing={1, 2}))  # not what was
+    assert is_step(joint, Membership({1, 4, 5}))  # leaving it
+    assert is_step(joint, Membership({1, 4, 5}, learners={2}))
+    assert not is_step(joint, Membership({1, 4}))  # only leaving it, to its incoming voters
+    assert not is_step(joint, Membership({1, 2, 3}))
