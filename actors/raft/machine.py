@@ -157,6 +157,7 @@ class RaftMachine:
         self._prev_term, self._prev_vote = self.term, self.vote
         self._prev_leader: NodeId | None = None
         self._prev_role = Role.Follower
+        self._prev_soft_term = self.term  # a leader again in a later term is news too
         self._prev_commit = self.commit
         self._ready_out = False
         self.become_follower(self.term, None)
@@ -172,13 +173,22 @@ class RaftMachine:
     def is_voter(self) -> bool:
         return self.membership.is_voter(self.id)
 
+    @property
+    def promotable(self) -> bool:
+        """Whether this node may stand for election: a voter in the membership in force, or
+        in the one committed (a node whose log holds an uncommitted change that makes it a
+        learner or removes it must still stand: its log may be the one every other voter
+        needs, and its votes are counted by the newer membership all the same; etcd stands
+        by the committed one)."""
+        return self.is_voter or self.log.membership_at(self.commit).is_voter(self.id)
+
     def tick(self) -> None:
         """One unit of the orchestrator's clock (none while quiesced)."""
         if self.quiesced:
             return
         self.election_elapsed += 1
         if self.role != Role.Leader:
-            if self.election_elapsed >= self.randomized_election_ticks and self.is_voter:
+            if self.election_elapsed >= self.randomized_election_ticks and self.promotable:
                 self.election_elapsed = 0
                 self.campaign()
             return
@@ -247,7 +257,7 @@ class RaftMachine:
 
     def campaign(self) -> None:
         """MsgHup: start an election (a pre-vote first when configured)."""
-        if self.role != Role.Leader and self.is_voter:  # a learner never stands
+        if self.role != Role.Leader and self.promotable:  # a learner never stands
             self.wake()
             self._campaign(pre_vote=self.config.pre_vote, transfer=False)
 
@@ -414,13 +424,15 @@ class RaftMachine:
             return
         claimed = log.last_offset
         log.truncate_after(last_offset)
-        self._follow_membership()
         # Known commit never past the log (handle_append relies on it); what the leader
         # committed comes back with its appends. The orchestrator, told more already, is
         # told nothing until the commit passes that again (ready()).
         self.commit = min(self.commit, last_offset)
-        if self.role == Role.Leader:
+        was_leader = self.role == Role.Leader
+        if was_leader:
             self.become_follower(self.term, None)
+        self._follow_membership()  # (a change may have been cut away)
+        if was_leader:
             return
         self.leader_match = min(self.leader_match, last_offset)
         self.ack_pending = min(self.ack_pending, last_offset)
@@ -437,7 +449,14 @@ class RaftMachine:
             send_pending_appends(self)
         return bool(self.msgs or self.log_writes or self.commit > self._prev_commit
                     or self.term != self._prev_term or self.vote != self._prev_vote
-                    or self.leader != self._prev_leader or self.role != self._prev_role)
+                    or self._soft_changed())
+
+    def _soft_changed(self) -> bool:
+        """Who leads, or this node's role, changed since the last Ready; or it leads again
+        in a later term (a one-voter group steps down and is elected again between two
+        Readies: its orchestrator must learn the new term's leadership)."""
+        return (self.leader != self._prev_leader or self.role != self._prev_role
+                or (self.role == Role.Leader and self.term != self._prev_soft_term))
 
     def ready(self) -> Ready:
         """Everything gathered since the last Ready; call `advance()` once it is handled."""
@@ -448,9 +467,10 @@ class RaftMachine:
         if self.term != self._prev_term or self.vote != self._prev_vote:
             hard = HardState(self.term, self.vote)
             self._prev_term, self._prev_vote = self.term, self.vote
-        if self.leader != self._prev_leader or self.role != self._prev_role:
+        if self._soft_changed():
             soft = SoftState(self.leader, self.role)
             self._prev_leader, self._prev_role = self.leader, self.role
+            self._prev_soft_term = self.term
         commit = None
         if self.commit > self._prev_commit:
             commit = self._prev_commit = self.commit
@@ -622,7 +642,7 @@ class RaftMachine:
             self.election_elapsed = 0
             self.leader = m.sender
             handle_install(self, m)
-        elif t == MsgType.MsgTimeoutNow and self.is_voter:
+        elif t == MsgType.MsgTimeoutNow and self.promotable:
             # The leader chose us: no pre-vote (we are not coming back from a partition),
             # and the votes say "transfer" so that leases do not stop them.
             self._campaign(pre_vote=False, transfer=True)

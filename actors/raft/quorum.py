@@ -129,5 +129,5 @@ def is_step(old: Membership, new: Membership) -> bool:
     if old.joint:
         return not new.joint and new.voters == old.voters
     if new.joint:
-        return new.outgoing == old.voters
+        return new.outgoing == old.voters and new.voters != old.voters
     return len(old.voters ^ new.voters) <= 1

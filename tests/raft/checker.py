@@ -8,8 +8,10 @@ What it checks, after the step that could break it:
   same batch after the same predecessor (so the same (offset, term) means the same prefix);
 - acknowledged (committed) entries: the first leader to commit an offset fixes its batch;
   any node's commit agrees with it; a new leader holds every acknowledged batch from its log
-  start; the acknowledged log is on a quorum of synced logs at all times (until the topic is
-  deleted: then its replicas go, with what they held); and a node's synced log never loses
+  start; the acknowledged log is on a quorum of synced logs at all times (with membership
+  changes: on enough voters that every quorum of the membership in force at the
+  acknowledged log's end meets it; until the topic is deleted: then its replicas go, with
+  what they held); and a node's synced log never loses
   an acknowledged batch it held (its coverage never goes down);
 - incarnations: the acknowledged log holds only batches proposed in this incarnation (a
   replica of a deleted topic must never pass its batches to the topic created again);
@@ -23,8 +25,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from actors.raft import Ready, Role
-from tests.raft.cluster import Batch, ModelLog, Node
+from actors.raft import Membership, Ready, Role
+from tests.raft.cluster import Batch, ModelLog, Node, conf_of
 
 
 def incarnation_of(ident: Any) -> Any:
@@ -37,11 +39,16 @@ class Checker:
     replicas of this incarnation that exist now (a node that learned of the next one has
     dropped its own)."""
 
-    def __init__(self, incarnation: int, ids: list[Any]) -> None:
+    def __init__(self, incarnation: int, ids: list[Any], initial: Membership,
+                 memberships: bool = False) -> None:
+        """`initial`: the group's membership before any change; `memberships`: changes may
+        be made (the quorum check is then the one their one-step rule guarantees)."""
         self.incarnation = incarnation
         self.deleted = False  # the topic was deleted (and created again)
         self.nodes: dict[Any, Node] = {}
-        self.quorum = len(ids) // 2 + 1
+        self.memberships = memberships
+        self.membership = initial  # in force at the end of the acknowledged log
+        self.quorum = len(initial.voters) // 2 + 1
         self.leaders: dict[int, Any] = {}  # term -> the node that led it
         self.registry: dict[tuple[int, int], tuple[Any, int, Any]] = {}
         self.acked = ModelLog()  # the acknowledged log, from offset 0
@@ -109,6 +116,8 @@ class Checker:
                     f"{incarnation_of(b.ident)} (node {n.id})")
                 self.acked.append(b)
                 self.acked_by_base[b.base] = b
+                if conf_of(b.ident) is not None:
+                    self.membership = conf_of(b.ident)
                 grew = True
             i += 1
         if grew:
@@ -138,9 +147,22 @@ class Checker:
     def check_quorum_durable(self) -> None:
         if self.deleted:
             return
-        held = sum(c >= self.acked_last for c in self.coverage.values())
-        assert held >= self.quorum, (
-            f"acknowledged up to {self.acked_last}, synced on {held} nodes: {self.coverage}")
+        holders = {i for i, c in self.coverage.items() if c >= self.acked_last}
+        if not self.memberships:
+            assert len(holders) >= self.quorum, (
+                f"acknowledged up to {self.acked_last}, synced on {len(holders)} nodes: "
+                f"{self.coverage}")
+            return
+        # With membership changes an entry may commit by the majority of a change appended
+        # after it (the leader's membership is its log's last), one step from the one in
+        # force at the acknowledged log's end: every leader to come needs a majority of that
+        # one (of each set when joint), so the holders meet every such majority: in some set
+        # at least half of its voters hold it.
+        m = self.membership
+        sets = [m.voters, m.outgoing] if m.joint else [m.voters]
+        assert any(2 * len(holders & v) >= len(v) for v in sets), (
+            f"acknowledged up to {self.acked_last}, synced on {sorted(holders)}: no quorum "
+            f"of {m.describe()} must meet them ({self.coverage})")
 
     def applied(self, n: Node) -> None:
         """What `n`'s apply loop did since the last look."""

@@ -46,10 +46,18 @@ class Batch(NamedTuple):
     ident: Any  # what was proposed ("p7"), or ("LC", term) for a leader's no-op
 
 
+def conf_of(ident: Any) -> Any:
+    """The membership a batch carries, if it is a membership change: its ident is
+    (incarnation, ConfChange(membership)); None for any other batch."""
+    if (isinstance(ident, tuple) and len(ident) == 2 and isinstance(ident[1], ConfChange)):
+        return ident[1].membership
+    return None
+
+
 class ModelLog:
     """A log of whole batches starting at `start`; the entry before it had `prev_term`, and
     `start_conf` was the membership in force there (None: the group's Config's). A batch
-    whose ident is a `ConfChange` is a membership change."""
+    whose ident is (incarnation, `ConfChange`) is a membership change (`conf_of`)."""
 
     __slots__ = ("start", "prev_term", "batches", "bases", "start_conf")
 
@@ -128,8 +136,8 @@ class ModelLog:
             assert self.batches[i - 1].last == offset - 1, (offset, self.batches[i - 1])
             self.prev_term = self.batches[i - 1].term
             for b in self.batches[:i]:
-                if isinstance(b.ident, ConfChange):
-                    self.start_conf = b.ident.membership
+                if conf_of(b.ident) is not None:
+                    self.start_conf = conf_of(b.ident)
             del self.batches[:i], self.bases[:i]
         self.start = offset
 
@@ -155,8 +163,8 @@ class ModelLog:
 
     def confs(self) -> tuple[tuple[int, Any], ...]:
         anchor = ((self.start - 1, self.start_conf),) if self.start_conf is not None else ()
-        return anchor + tuple((b.base, b.ident.membership) for b in self.batches
-                              if isinstance(b.ident, ConfChange))
+        return anchor + tuple((b.base, conf_of(b.ident)) for b in self.batches
+                              if conf_of(b.ident) is not None)
 
     def state(self) -> LogState:
         return LogState(self.start, self.prev_term, self.runs(), self.last_offset, self.confs())
@@ -464,7 +472,12 @@ def _batches(w: Append, log: ModelLog, incarnation: int) -> list[Batch] | None:
     if not (isinstance(w.payload, tuple) and isinstance(w.payload[0], Batch)):
         # The leader's own proposal or no-op: one batch.
         (r,) = ranges
-        ident = (incarnation, "LC", r.term) if w.payload is LEADER_CHANGE else w.payload
+        if w.payload is LEADER_CHANGE:
+            ident: Any = (incarnation, "LC", r.term)
+        elif isinstance(w.payload, ConfChange):
+            ident = (incarnation, w.payload)
+        else:
+            ident = w.payload
         return [Batch(r.base, r.last, r.term, ident)]
     batches = [b for b in w.payload if b.last >= ranges[0].base]  # a follower's: a MsgApp's
     if not batches or batches[0].base != ranges[0].base or batches[-1].last != ranges[-1].last:

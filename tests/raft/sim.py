@@ -6,10 +6,16 @@ handle a Ready; begin a sync, or complete one, or complete a cut; tick (with qui
 half the seeds: a host that wakes quiet machines which lost touch); propose; cut links or
 heal them; crash a node and restart it; move a log start; transfer the lead; in a third of
 the seeds, a failing disk that refuses a Ready's appends now and then; in about half of the
-rest, the topic deleted and created again).
+rest, the topic deleted and created again; in half of all seeds, on their own random
+stream, membership changes: one node more, a learner at first, and now and then a change
+proposed by a leader (a learner promoted, a voter demoted or removed, a learner removed, a
+joint change to random voters, a jump straight to them that must be refused), with the
+controller stopping, some steps after, the nodes a committed change removed).
 Then a calm phase (links healed, nodes restarted, every node on the topic's last
 incarnation, nothing lost) in which a leader must be elected and commit a proposal, and
-every node learn it and apply it, within a bounded number of ticks.
+every member learn it and apply it, within a bounded number of ticks (with membership
+changes: until the change under way completed, its removed nodes stopped and a member
+leads).
 
 The faults, as Krill meets them:
 
@@ -32,8 +38,9 @@ The faults, as Krill meets them:
 - Every node applies its committed log with the cluster controller's apply loop
   (cluster.Applier).
 
-What is checked: tests/raft/checker.py, one checker per incarnation; and, at the end of each
-calm stretch, that every node applied exactly its committed log.
+What is checked: tests/raft/checker.py, one checker per incarnation (with membership
+changes its quorum check is the one their one-step rule guarantees); and, at the end of each
+calm stretch, that every member applied exactly its committed log.
 
 The knobs below the limits make the broken variants test_random.py proves the checker
 catches (each is what Krill did before an item of issue 26).
@@ -50,7 +57,7 @@ import random
 import sys
 from typing import Any, NamedTuple
 
-from actors.raft import Append, Message, Role
+from actors.raft import Append, Membership, Message, Role
 from tests.raft.checker import Checker
 from tests.raft.cluster import Node, make_config
 
@@ -94,15 +101,23 @@ class Sim:
         self.seed = seed
         rng = self.rng = random.Random(seed)
         n = rng.choice((3, 3, 4, 5))
+        # Membership changes in half the seeds (their own stream: the other seeds' runs are
+        # as they were): one more node, a learner at first, and changes proposed now and then.
+        self.conf_rng = random.Random(f"membership {seed}")
+        self.p_conf = self.conf_rng.choice((0.0, 0.0, 0.002, 0.01))
+        learners = 1 if self.p_conf else 0
         self.config = dict(election_ticks=rng.choice((5, 10)), heartbeat_ticks=rng.choice((1, 2)),
                            pre_vote=rng.random() < 0.8, check_quorum=rng.random() < 0.8,
                            inflight_messages_max=rng.choice((1, 2, 8, 64)),
                            append_bytes_max=rng.choice((300, 1000, 1 << 20)),
                            quiesce=rng.random() < 0.5)
-        self.ids = list(range(1, n + 1))
+        self.ids = list(range(1, n + learners + 1))
+        self.learners = learners
         self.use_reader = {i: rng.random() < 0.8 for i in self.ids}
         self.incarnation = 0  # the topic's id now, as the controller has it
-        self.checkers = {0: Checker(0, self.ids)}
+        self.initial = make_config(1, len(self.ids), learners=learners)
+        self.checkers = {0: self._checker(0)}
+        self.removed: set[Any] = set()  # stopped in the calm phase: out of the membership
         self.nodes: dict[Any, Node] = {}  # each node's replica of the topic (its incarnation)
         for i in self.ids:
             self._new_replica(i)
@@ -119,8 +134,11 @@ class Sim:
         # A failing disk in a third of the seeds: a Ready's appends refused now and then.
         self.disk = random.Random(f"disk errors {seed}")
         self.p_disk_error = self.disk.choice((0.0, 0.0, 0.03))
-        # Delete and create again in a third of the seeds (not those with a failing disk).
+        # Delete and create again in a third of the seeds (not those with a failing disk,
+        # nor those with membership changes, whose removed replicas stay stopped).
         recreate = 0.0 if self.p_disk_error else rng.choice((0.0, 0.0003, 0.0008))
+        if self.p_conf:
+            recreate = 0.0
         # The step mix, some of it per seed: a slow disk keeps syncs and cuts in flight
         # across truncations, a crashy node loses more of what it wrote.
         weighted = [
@@ -129,9 +147,16 @@ class Sim:
             (0.07, self._propose_one), (0.01, self.partition),
             (rng.choice((0.002, 0.005, 0.01)), self._crash_one), (0.007, self._restart_one),
             (rng.choice((0.004, 0.02)), self._retention_one), (0.004, self._transfer_one),
-            (recreate, self.recreate), (0.02 if recreate else 0.0, self._learn_one)]
+            (recreate, self.recreate), (0.02 if recreate else 0.0, self._learn_one),
+            (self.p_conf, self._conf_one)]
         self.actions = [a for _, a in weighted]
         self.cum_weights = list(itertools.accumulate(w for w, _ in weighted))
+
+    def _checker(self, incarnation: int) -> Checker:
+        return Checker(incarnation, self.ids,
+                       Membership(frozenset(self.initial.peers),
+                                  learners=frozenset(self.initial.learners)),
+                       memberships=bool(self.p_conf))
 
     @property
     def checker(self) -> Checker:
@@ -139,7 +164,8 @@ class Sim:
         return self.checkers[self.incarnation]
 
     def _new_replica(self, i: Any) -> Node:
-        n = Node(make_config(i, len(self.ids), **self.config), seed=self.rng.randrange(1 << 30),
+        n = Node(make_config(i, len(self.ids), learners=self.learners, **self.config),
+                 seed=self.rng.randrange(1 << 30),
                  use_reader=self.use_reader[i], defer_cuts=True, incarnation=self.incarnation)
         self.nodes[i] = n
         self.checkers[self.incarnation].nodes[i] = n
@@ -293,7 +319,7 @@ class Sim:
             return
         self.checker.deleted = True
         self.incarnation += 1
-        self.checkers[self.incarnation] = Checker(self.incarnation, self.ids)
+        self.checkers[self.incarnation] = self._checker(self.incarnation)
         self.faults["recreations"] += 1
         for i in self.ids:
             self.learn(i)
@@ -316,6 +342,8 @@ class Sim:
         action = self.rng.choices(self.actions, cum_weights=self.cum_weights)[0]
         action()
         self.steps += 1
+        if self.p_conf and self.conf_rng.random() < 0.05:
+            self._stop_removed()  # the controller, some time after a removal commits
 
     def _deliver_one(self) -> None:
         if self.net:
@@ -356,7 +384,7 @@ class Sim:
         if m.quiesced:
             heard = [p for p in m.peers if self.nodes[p].up and (p, n.id) not in self.cut]
             if (m.leader not in heard if m.role != Role.Leader
-                    else 1 + len(heard) < m.quorum):
+                    else not m.membership.active([n.id, *heard])):
                 m.wake(lost_touch=True)
                 self.woken += 1
         quiet = m.quiesced
@@ -364,7 +392,9 @@ class Sim:
         self.quiesced += m.quiesced and not quiet
 
     def _tick_one(self) -> None:
-        self.tick(self.rng.choice(self._up()))
+        up = self._up()  # (a controller stopping removed nodes may leave none up)
+        if up:
+            self.tick(self.rng.choice(up))
 
     def _propose_one(self) -> None:
         leaders = self._leaders()
@@ -379,12 +409,16 @@ class Sim:
             self.crash(self.rng.choice(candidates), kill)
 
     def _restart_one(self) -> None:
-        down = [n for n in self.nodes.values() if not n.up and n.id not in self.recovering]
+        down = [n for n in self.nodes.values()
+                if not n.up and n.id not in self.recovering and n.id not in self.removed]
         if down:
             self.restart(self.rng.choice(down))
 
     def _retention_one(self) -> None:
-        n = self.rng.choice(self._up())
+        up = self._up()
+        if not up:
+            return
+        n = self.rng.choice(up)
         if (self.retention(n) and self.rng.random() < P_CRASH_AFTER_RETENTION
                 and len(self._up()) > 1):
             self.crash(n, kill=self.rng.random() < self.p_kill)
@@ -395,6 +429,43 @@ class Sim:
             self.rng.choice(leaders).machine.transfer_leader(self.rng.choice(self.ids))
             self.faults["transfers"] += 1
 
+    def _conf_one(self) -> None:
+        """A leader proposes a membership change: a learner promoted, a voter demoted to a
+        learner or removed, a learner removed, a joint change to a random set of voters
+        (among the nodes not stopped), or a jump straight to one (refused unless it is one
+        voter in or out). It may refuse (a change pending, nothing of its term committed).
+        A removed node is stopped for good (`_stop_removed`): adding one back is a new
+        replica's business (#30)."""
+        leaders = self._leaders()
+        if not leaders:
+            return
+        n = self.conf_rng.choice(leaders)
+        m = n.machine.membership
+        if m.joint:
+            return  # the leader leaves it by itself
+        rng = self.conf_rng
+        ids = [i for i in self.ids if i not in self.removed]
+        kind = rng.choice(("promote", "demote", "remove", "drop", "joint", "jump"))
+        new = None
+        if kind == "promote" and m.learners:
+            x = rng.choice(sorted(m.learners))
+            new = Membership(m.voters | {x}, learners=m.learners - {x})
+        elif kind in ("demote", "remove") and len(m.voters) > 1:
+            x = rng.choice(sorted(m.voters))
+            learners = m.learners | {x} if kind == "demote" else m.learners
+            new = Membership(m.voters - {x}, learners=learners)
+        elif kind == "drop" and m.learners:
+            new = Membership(m.voters, learners=m.learners - {rng.choice(sorted(m.learners))})
+        elif kind in ("joint", "jump"):  # a jump to other voters at once is refused
+            voters = frozenset(rng.sample(ids, rng.randint(1, len(ids))))
+            if kind == "joint":
+                new = Membership(voters, outgoing=m.voters,
+                                 learners=m.learners - voters - m.voters)
+            else:
+                new = Membership(voters, learners=m.learners - voters)
+        if new is not None and n.machine.propose_membership(new) is not None:
+            self.faults[f"membership_{kind}"] += 1
+
     def _learn_one(self) -> None:
         self.learn(self.rng.choice(self.ids))
 
@@ -404,15 +475,46 @@ class Sim:
         the ticks it took. A proposal a deposed leader took is made again to the next one."""
         self.cut.clear()
         for n in list(self.nodes.values()):
-            if not n.up and n.id not in self.recovering:
+            if not n.up and n.id not in self.recovering and n.id not in self.removed:
                 self.restart(n)
         self._end_recoveries()
         for i in self.ids:
             self.learn(i)
         ticks = self._commit_in_calm()
+        for _ in range(3 if self.p_conf else 0):
+            # A change under way completes with that commit: its removed nodes stop, and a
+            # leader it removed steps down for one among the members, who must commit again.
+            self._stop_removed()
+            settled = self.checker.membership
+            if not settled.joint and all(
+                    n.machine.membership == settled and (n.machine.role != Role.Leader
+                                                         or settled.is_voter(n.id))
+                    for n in self._members()) and any(
+                    n.machine.role == Role.Leader for n in self._members()):
+                break
+            ticks += self._commit_in_calm()
         if self.config["quiesce"]:
             ticks += self._quiet_then_leader_lost()
         return ticks
+
+    def _stop_removed(self) -> None:
+        """The controller stops a replica its group no longer has: nodes outside the
+        membership the acknowledged log ends with, and outside every member's own, are stopped
+        (kill -9) and stay down (in the calm phase once it committed everything; in the
+        chaos now and then)."""
+        members = set(self.checker.membership.members)
+        for i in list(members):  # nor one a change under way on a member adds back
+            members |= self.nodes[i].machine.membership.members
+        for n in list(self.nodes.values()):
+            if n.id not in members and n.id not in self.removed:
+                if n.up:
+                    n.kill()
+                self.recovering.discard(n.id)
+                self.removed.add(n.id)
+                self.faults["replicas_removed"] += 1
+
+    def _members(self) -> list[Node]:
+        return [n for n in self.nodes.values() if n.id not in self.removed]
 
     def _end_recoveries(self) -> None:
         for i in sorted(self.recovering):
@@ -426,20 +528,22 @@ class Sim:
         quieting = 0
         for _ in range(4 * config.heartbeat_ticks + 4):
             quieting += 1
-            for n in self.nodes.values():
+            for n in self._members():
                 self.tick(n)
             self.settle()
-            if all(n.machine.quiesced for n in self.nodes.values()):
+            if all(n.machine.quiesced for n in self._members()):
                 break
         else:
             raise AssertionError("an idle group did not go quiet: "
                                  f"{[n.machine.status() for n in self.nodes.values()]}")
         for _ in range(3 * config.election_ticks):
-            for n in self.nodes.values():
+            for n in self._members():
                 self.tick(n)
-            assert not self.net and not any(n.machine.has_ready() for n in self.nodes.values()), (
+            assert not self.net and not any(n.machine.has_ready() for n in self._members()), (
                 f"a quiet group sent {self.net}")
-        leader = next(n for n in self.nodes.values() if n.machine.role == Role.Leader)
+        leader = next(n for n in self._members() if n.machine.role == Role.Leader)
+        if len(leader.machine.membership.voters) < 3:  # (membership changes left it so)
+            return quieting + 3 * config.election_ticks  # no majority without the leader
         self.crash(leader, kill=self.rng.random() < self.p_kill)
         ticks = self._commit_in_calm(skip=leader)
         self.restart(leader)
@@ -449,7 +553,7 @@ class Sim:
     def _commit_in_calm(self, skip: Node | None = None) -> int:
         """Ticks until a leader commits a new proposal and every node up knows it and has
         applied its whole committed log."""
-        up = [n for n in self.nodes.values() if n is not skip]
+        up = [n for n in self._members() if n is not skip]
         target: tuple[int, int, Any] | None = None  # (base, leader's term, ident)
         for tick in range(CALM_TICKS_MAX):
             for n in up:
@@ -466,9 +570,11 @@ class Sim:
                         self.settle()
             if target is not None:
                 acked = self.checker.acked_by_base.get(target[0])
+                members = self.checker.membership.members  # the others get nothing more
+                knowing = [n for n in up if n.id in members]
                 if (acked is not None and acked.ident == target[2]
-                        and all(n.machine.commit >= target[0] for n in up)):
-                    for n in up:
+                        and all(n.machine.commit >= target[0] for n in knowing)):
+                    for n in knowing:
                         assert n.applier.applied == n.machine.commit, (
                             f"calm: node {n.id} applied up to {n.applier.applied}, its "
                             f"commit is {n.machine.commit}")
@@ -481,7 +587,7 @@ class Sim:
         for _ in range(CALM_DELIVERY_ROUNDS_MAX):
             moved = False
             for n in self.nodes.values():
-                if not n.up:
+                if not n.up or n.id in self.removed:
                     continue
                 if n.machine.has_ready():
                     self.process_ready(n)
@@ -497,7 +603,7 @@ class Sim:
             net, self.net = self.net, []
             for inc, m in net:
                 to = self.nodes[m.to]
-                if to.up and self._routed(inc, to):
+                if to.up and to.id not in self.removed and self._routed(inc, to):
                     to.machine.step(m)
                 moved = True
             if not moved:

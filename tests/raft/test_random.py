@@ -4,8 +4,8 @@ retention, cuts that writes wait behind, quiescence, refused log writes and a to
 and created again, then a calm phase that must elect a leader, commit and apply. A failure
 names its seed; replay it with `python -m tests.raft.sim SEED`. bench/raft.py runs thousands.
 
-Each broken variant below is what Krill did before an item of issue 26 (or a machine bug):
-the checker must catch it within a bounded number of seeds."""
+Each broken variant below is what Krill did before an item of issue 26 (or a machine bug, or
+a membership rule broken): the checker must catch it within a bounded number of seeds."""
 
 from __future__ import annotations
 
@@ -44,6 +44,8 @@ def test_random_seeds(first: int) -> None:
     for kind in ("kills", "power_losses", "recovery_syncs", "power_losses_tail", "cuts",
                  "retentions", "recreations", "replicas_replaced", "dropped_other_incarnation"):
         assert faults[kind] > 0, (kind, faults)
+    # And membership changes (half the seeds): promotions, removals, joint changes.
+    assert sum(v for k, v in faults.items() if k.startswith("membership_")) > 0, faults
 
 
 def test_a_seed_replays_the_same_run() -> None:
@@ -118,3 +120,45 @@ def test_no_apply_after_a_cut_is_caught(monkeypatch: pytest.MonkeyPatch) -> None
     commit, which an idle cluster never makes."""
     monkeypatch.setattr(cluster.Applier, "reapply_on_write", False)
     _caught("applied up to")
+
+
+def _break_membership(monkeypatch: pytest.MonkeyPatch, variant: str) -> None:
+    from actors.raft import log as raft_log
+    from actors.raft import machine, quorum
+
+    if variant == "any_step":  # other voters at once, without a joint configuration
+        monkeypatch.setattr(machine, "is_step",
+                            lambda old, new: new != old and not new.joint and not old.joint)
+    elif variant == "no_pending":  # a second change before the first commits
+        def propose(self: Any, new: Any) -> Any:
+            if self.role != machine.Role.Leader or not quorum.is_step(self.membership, new):
+                return None
+            return self._append_membership(new)
+        monkeypatch.setattr(machine.RaftMachine, "propose_membership", propose)
+    elif variant == "learners_count":  # a learner's match counts for a commit
+        monkeypatch.setattr(quorum.Membership, "committed",
+                            lambda self, match: quorum.majority_offset(self.members, match))
+    elif variant == "no_revert":  # a truncation keeps the changes it cut away
+        truncate = raft_log.LogView.truncate_after
+
+        def keep_confs(self: Any, offset: int) -> None:
+            confs = list(self._conf_offsets), list(self._confs)
+            truncate(self, offset)
+            self._conf_offsets, self._confs = confs
+        monkeypatch.setattr(raft_log.LogView, "truncate_after", keep_confs)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("variant, pattern", [
+    ("any_step", "no quorum of|lacks acked|leaders"),
+    ("no_pending", "no quorum of|lacks acked|leaders"),
+    ("learners_count", "no quorum of|lacks acked"),
+    ("no_revert", "LogState"),  # the machine's memberships are not its log's
+])
+def test_membership_bugs_are_caught(monkeypatch: pytest.MonkeyPatch, variant: str,
+                                    pattern: str) -> None:
+    """The membership rules (actors/raft/quorum.py, machine.py), each broken in turn: a jump
+    to other voters without a joint step, a second change before the first commits, a
+    learner counted for commits, a change that a truncation does not take away."""
+    _break_membership(monkeypatch, variant)
+    _caught(pattern)
