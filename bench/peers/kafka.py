@@ -75,10 +75,11 @@ def _cluster_id() -> str:
     """A KRaft cluster id: 16 random bytes, URL-safe base64 without padding; never one that
     starts with '-', which kafka-storage's argument parser takes for a flag (Kafka's own
     Uuid.randomUuid draws again for the same reason): 1 run in 64 failed so."""
-    while True:
+    for _ in range(100):  # 1 in 64 draws starts with '-': 100 in a row never happen
         cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
         if not cluster_id.startswith("-"):
             return cluster_id
+    raise KafkaError("no KRaft cluster id without a leading '-' in 100 draws")
 
 
 class _Node:
