@@ -21,8 +21,9 @@ truncation, raised only by `mark_flushed(offset, term)` when the entry at `offse
 After `restart` it is -1: not even the new start is durable until reported.
 
 Memberships (quorum.py) ride the log the same way: a configuration change is an entry of its
-own (one batch at one offset), in force from the moment it is appended (Raft's rule for
-configuration entries, etcd's too), gone again if a truncation removes it. The view keeps
+own (one batch at one offset), in force from the moment it is appended (the rule of Raft's
+dissertation; etcd applies a change once it is committed, and the machine borrows that for
+who may stand for election, `promotable`), gone again if a truncation removes it. The view keeps
 the membership in force at `log_start - 1` (from before the log start: the configuration
 the log was started with, or that an install carried) and each change since:
 

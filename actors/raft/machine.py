@@ -120,8 +120,6 @@ class RaftMachine:
         `log`, and a commit offset checkpointed lazily (any value up to the true one)."""
         self.config = config
         self.id = config.id
-        # Who decides (quorum.py); `peers`: every other member, voters first, whom a leader
-        # sends the log to.
         self.rng = rng
         self.batch_reader = batch_reader
         hard_state = hard_state or HardState(0, None)
@@ -129,6 +127,8 @@ class RaftMachine:
         self.vote = hard_state.vote
         self.log = LogView(log, Membership(frozenset(config.peers),
                                            learners=frozenset(config.learners)))
+        # Who decides (quorum.py), as the log says; `peers`: every other member, voters
+        # first, whom a leader sends the log to.
         self.membership = self.log.membership
         self.peers: tuple[NodeId, ...] = ()
         self._set_peers()
@@ -282,7 +282,7 @@ class RaftMachine:
         removes leads until the change that leaves it out commits, then steps down."""
         if (self.role != Role.Leader or self.transferee is not None
                 or self.log.last_conf_offset() > self.commit
-                or self.log.term_at(self.commit) != self.term  # (below)
+                or self.log.term_at(self.commit) != self.term  # nothing of its term yet
                 or not is_step(self.membership, new)):
             return None
         self.wake()
