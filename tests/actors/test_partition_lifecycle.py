@@ -169,7 +169,7 @@ def test_delete_while_removed_segments_wait_their_delay_closes_them(
         renamed = any(name.endswith(".deleted") for name in os.listdir(directory))
         if renamed and len(answers) == 8:
             break  # (retention may rename before the last answers are in: wait for both)
-        settle(loop, lambda: bool(services.held) or (renamed and len(answers) == 8))
+        settle(loop, lambda r=renamed: bool(services.held) or (r and len(answers) == 8))
         services.release()
     assert [a.error for a in answers] == [ErrorCode.NONE] * 8
     assert any(name.endswith(".log.deleted") for name in os.listdir(directory))
