@@ -12,8 +12,10 @@ gathers them), so a thousand idle groups' heartbeats to a peer are one call, not
 DESIGN.md §5's heartbeats batched per node pair, here per shard pair.
 
 A message crosses as an array of its fields (actors/raft/messages.py), its ranges flattened,
-its addresses as (node, shard) pairs; an append's batches are a payload frame of their own
-(`payload` names its frame, -1 for none), sent without a copy. The Caller gathers a loop
+its addresses as (node, shard) pairs, its membership changes (`confs`, rare: an append that
+carries one, every install) as [offset, voters, outgoing voters, learners] with each set a
+list of pairs; an append's batches are a payload frame of their own (`payload` names its
+frame, -1 for none), sent without a copy. The Caller gathers a loop
 turn's calls to one shard into one message (shards/router.py): the appends of every produce
 of a turn, and every group's heartbeats, leave for each peer shard together.
 """
@@ -23,7 +25,7 @@ from __future__ import annotations
 from typing import Any, NamedTuple, cast
 
 from actors.partition_replication import GroupKey
-from actors.raft import Message, MsgType, Range
+from actors.raft import Membership, Message, MsgType, Range
 from shards.calls.base import Address, Caller, Request
 
 __all__ = ["CONTROLLER_GROUP", "KIND", "RaftCall", "send", "serve"]
@@ -49,17 +51,21 @@ def _to_wire(m: Message, frames: list[Any]) -> list[Any]:
         frames.append(m.payload)
     ranges = [n for r in m.ranges for n in r]
     to, sender = cast(tuple[int, int], m.to), cast(tuple[int, int], m.sender)
+    confs = [[offset, *([list(a) for a in sorted(nodes)] for nodes in (
+        conf.voters, conf.outgoing, conf.learners))] for offset, conf in m.confs]
     return [int(m.type), *to, *sender, m.term, m.offset, m.log_term, ranges, m.commit,
-            m.reject, m.hint, m.transfer, m.quiesce, m.log_start, payload]
+            m.reject, m.hint, m.transfer, m.quiesce, m.log_start, payload, confs]
 
 
 def _from_wire(value: list[Any], frames: list[Any]) -> Message:
     (kind, to_node, to_shard, from_node, from_shard, term, offset, log_term, flat, commit,
-     reject, hint, transfer, quiesce, log_start, payload) = value
+     reject, hint, transfer, quiesce, log_start, payload, confs) = value
     ranges = tuple(Range(flat[i], flat[i + 1], flat[i + 2]) for i in range(0, len(flat), 3))
     return Message(_TYPES[kind], (to_node, to_shard), (from_node, from_shard), term, offset,
                    log_term, ranges, commit, reject, hint, transfer, quiesce, log_start,
-                   None if payload < 0 else frames[payload])
+                   None if payload < 0 else frames[payload],
+                   tuple((c[0], Membership(*(frozenset(tuple(a) for a in nodes)
+                                             for nodes in c[1:]))) for c in confs))
 
 
 def send(router: Caller, to: Address, groups: list[tuple[GroupKey, list[Message]]]) -> None:

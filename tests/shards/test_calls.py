@@ -16,7 +16,7 @@ from actors.controller import (
     DeleteTopics,
     TopicSpec,
 )
-from actors.raft import Message, MsgType, Range
+from actors.raft import Membership, Message, MsgType, Range
 from actors.services import TopicInfo, TopicTable
 from actors.topic_config import Operation
 from shards.calls import (
@@ -115,6 +115,12 @@ def test_a_controller_message_crosses_whole(message: Any) -> None:
                 log_start=60),
         Message(MsgType.MsgHeartbeatResp, (1, 3), (2, 0), 7, log_start=60),
         Message(MsgType.MsgVote, (2, 0), (1, 3), 8, 150, 7, transfer=True),
+        Message(MsgType.MsgApp, (2, 0), (1, 3), 7, 99, 4, (Range(100, 100, 7),), 99,
+                payload=b"change", confs=((100, Membership(
+                    frozenset({(1, 3), (3, 0)}), frozenset({(1, 3), (2, 0), (3, 0)}),
+                    frozenset({(4, 1)}))),)),
+        Message(MsgType.MsgSnap, (2, 0), (1, 3), 7, 49, 5, (Range(50, 52, 6),), 60,
+                confs=((49, Membership(frozenset({(1, 3), (2, 0)}))),)),
     ],
     ids=lambda m: str(m.type),
 )
