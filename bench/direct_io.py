@@ -39,7 +39,7 @@ from bench.cluster import median_of, range_of
 from bench.report import case_failed, finish, header
 from storage import DiskLog, FileSlice, LogConfig, NotCached
 from storage.appender import _LIBC, ChunkPool
-from storage.page_cache import cached_pages
+from storage.page_cache import drop_file, file_cached_pages
 from tests.storage.batches import make_batch, make_records  # the storage tests' batches
 from wire.record_batch import read_header
 
@@ -140,22 +140,11 @@ def _fill(log_: DiskLog, batches: int) -> None:
 
 def _drop(directory: Path) -> None:
     for path in directory.glob("*.log"):
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        finally:
-            os.close(fd)
+        drop_file(path)
 
 
 def _cached(directory: Path) -> int:
-    pages = 0
-    for path in directory.glob("*.log"):
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            pages += cached_pages(fd, 0, os.fstat(fd).st_size)
-        finally:
-            os.close(fd)
-    return pages
+    return sum(file_cached_pages(path) for path in directory.glob("*.log"))
 
 
 def _read_all(log_: DiskLog, sink: int) -> tuple[int, int]:

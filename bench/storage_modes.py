@@ -32,6 +32,7 @@ from bench.clients import consume_all
 from bench.cluster import PARTITIONS, VALUE_BYTES, Side, median_of, range_of, ratio
 from bench.measure import liveness
 from bench.report import CaseError, case_failed, finish, header
+from storage.page_cache import drop_file
 
 __all__ = ["STORAGE_MODE_CASES"]
 
@@ -66,11 +67,7 @@ def _drop_page_cache(data_dir: str, topic: str) -> int:
             continue
         for name in names:
             if name.endswith(".log"):
-                fd = os.open(os.path.join(root, name), os.O_RDONLY)
-                try:
-                    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-                finally:
-                    os.close(fd)
+                drop_file(os.path.join(root, name))
                 files += 1
     return files
 

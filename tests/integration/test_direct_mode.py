@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-from storage.page_cache import cached_pages
+from storage.page_cache import drop_file, file_cached_pages
 from tests.support.broker import BrokerProcess
 from tests.support.kafka import consume, create_topic, produce
 
@@ -51,22 +51,6 @@ def _read_from(node: BrokerProcess, topic: str, partition: int, offset: int,
         consumer.close()
 
 
-def _drop_page_cache(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
-
-
-def _cached_pages(path: Path) -> int:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        return cached_pages(fd, 0, os.fstat(fd).st_size)
-    finally:
-        os.close(fd)
-
-
 def _value(metrics: dict, name: str, **labels: str) -> float:
     return sum(v for (n, ls), v in metrics.items()
                if n == name and all(dict(ls).get(k) == w for k, w in labels.items()))
@@ -96,7 +80,7 @@ def test_produce_and_tail_through_the_chunks_then_restart(tmp_path: Path) -> Non
         segments = sorted(data.rglob("d-*/*.log"))
         assert len(segments) >= 3, segments
         for path in segments:  # what start-up read (recovery) goes from the page cache
-            _drop_page_cache(path)
+            drop_file(path)
         again = consume(node, "d", 3, 3000)
         assert sorted(m.value() for m in again) == sorted(r[1] for r in records)
         for p in range(3):
@@ -106,6 +90,6 @@ def test_produce_and_tail_through_the_chunks_then_restart(tmp_path: Path) -> Non
         metrics = node.metrics()
         assert _value(metrics, "krill_storage_direct_read_window_fills_total") > 0
         assert _value(metrics, "krill_storage_direct_read_window_fill_bytes_total") >= 2_000_000
-        assert sum(_cached_pages(path) for path in segments) == 0
+        assert sum(file_cached_pages(path) for path in segments) == 0
     finally:
         node.kill9() if node.alive() else node.stop()

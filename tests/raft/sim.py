@@ -67,6 +67,11 @@ CALM_DELIVERY_ROUNDS_MAX = 5000  # message rounds per calm tick before it is cal
 # Retention that removes everything committed (else up to a random batch), how often; and a
 # crash of the node right after a retention, how often (the window issue 26's item 5 was in).
 P_RETENTION_TO_COMMIT = 0.3
+# With membership changes: how often a chaos step ends with the controller stopping the
+# replicas a committed change removed (so some stay up a while, as in a real cluster), and
+# how many commit rounds the calm phase gives a change under way to complete.
+P_STOP_REMOVED = 0.05
+CALM_MEMBERSHIP_ROUNDS_MAX = 3
 P_CRASH_AFTER_RETENTION = 0.2
 
 # Broken variants (test_random.py): a restart that lost the term before its log start (a
@@ -342,7 +347,7 @@ class Sim:
         action = self.rng.choices(self.actions, cum_weights=self.cum_weights)[0]
         action()
         self.steps += 1
-        if self.p_conf and self.conf_rng.random() < 0.05:
+        if self.p_conf and self.conf_rng.random() < P_STOP_REMOVED:
             self._stop_removed()  # the controller, some time after a removal commits
 
     def _deliver_one(self) -> None:
@@ -481,7 +486,7 @@ class Sim:
         for i in self.ids:
             self.learn(i)
         ticks = self._commit_in_calm()
-        for _ in range(3 if self.p_conf else 0):
+        for _ in range(CALM_MEMBERSHIP_ROUNDS_MAX if self.p_conf else 0):
             # A change under way completes with that commit: its removed nodes stop, and a
             # leader it removed steps down for one among the members, who must commit again.
             self._stop_removed()

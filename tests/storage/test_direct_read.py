@@ -5,7 +5,6 @@ reader's readahead grows; the shard's windows stay within their budget; a cut ma
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -13,7 +12,7 @@ import pytest
 from storage import DiskLog, LogConfig, NotCached
 from storage.appender import ChunkPool
 from storage.direct_read import DirectMiss, ReadWindows, SegmentReader, Window
-from storage.page_cache import cached
+from storage.page_cache import cached, drop_file
 from tests.storage.batches import iter_batches, make_batch, make_records
 
 pytestmark = pytest.mark.timeout(60)
@@ -63,27 +62,18 @@ def read_loop(log: DiskLog, offset: int, max_bytes: int) -> tuple[bytes, int]:
     raise AssertionError("a warmed read kept missing")
 
 
-def drop_page_cache(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
-
-
 def test_old_bytes_come_from_the_file_with_o_direct_not_the_page_cache(tmp_path: Path) -> None:
     pool = ChunkPool(8192, 4 * 8192)
     log = filled(tmp_path, pool, 60)  # ~55 KiB through a 32 KiB pool
     path = tmp_path / f"{0:020d}.log"
-    drop_page_cache(path)
+    drop_file(path)
     data, misses = read_loop(log, 0, 8000)  # batches of ~1.9 KB: four
     assert misses == 1
     with open(path, "rb") as f:
         on_disk = f.read(len(data))
     assert data == on_disk and [h.base_offset for h in iter_batches(data)] == [0, 2, 4, 6]
     segment = log._segments[0]
-    drop_page_cache(path)  # the buffered read above brought it in; the window is ours alone
+    drop_file(path)  # the buffered read above brought it in; the window is ours alone
     again, misses = read_loop(log, 0, 8000)
     assert again == data and misses == 0  # from the window
     assert not cached(segment.fd, 0, len(data))

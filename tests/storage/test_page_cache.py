@@ -14,21 +14,12 @@ from pathlib import Path
 import pytest
 
 from storage import DiskLog, LogConfig, NotCached
-from storage.page_cache import cached, cached_pages, read_nowait, warm
+from storage.page_cache import cached, cached_pages, drop_file, read_nowait, warm
 from tests.storage.batches import batch_of_size, make_records
 
 pytestmark = pytest.mark.timeout(30)
 
 MiB = 1024 * 1024
-
-
-def evict(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fdatasync(fd)
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
 
 
 def cold_file(tmp_path: Path, size: int = 4 * MiB) -> tuple[int, Path]:
@@ -37,7 +28,7 @@ def cold_file(tmp_path: Path, size: int = 4 * MiB) -> tuple[int, Path]:
     fd = os.open(path, os.O_RDONLY)
     os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)  # no readahead past what is read
     for _ in range(20):  # bounded: DONTNEED skips a page still under write-back
-        evict(path)
+        drop_file(path)
         if cached_pages(fd, 0, size) == 0:
             return fd, path
         time.sleep(0.05)
@@ -82,7 +73,7 @@ def test_a_cold_log_read_misses_until_warmed(tmp_path: Path) -> None:
     hot = log.read(300, MiB, log.next_offset, nowait=True)  # just written: in memory
     assert hot is not None
     for path in (tmp_path / "t-0").glob("*.log"):
-        evict(path)
+        drop_file(path)
     misses = 0
     while True:
         try:
@@ -96,7 +87,7 @@ def test_a_cold_log_read_misses_until_warmed(tmp_path: Path) -> None:
     assert region is not None and region.read() == hot.read()
     # By time, too.
     log_path = next((tmp_path / "t-0").glob("*.log"))
-    evict(log_path)
+    drop_file(log_path)
     with pytest.raises(NotCached):
         log.offset_for_timestamp(1_700_000_000_100, nowait=True)
     log.close()
