@@ -79,24 +79,32 @@ from actors.cluster.commands import (
     CommandError,
     NodeInfo,
     RegisterNode,
+    Replicas,
     decode,
     encode,
 )
 from actors.cluster.commands import AlterTopicConfigs as AlterTopicConfigsCommand
+from actors.cluster.commands import CompleteMove as CompleteMoveCommand
+from actors.cluster.commands import MovePartitions as MovePartitionsCommand
 from actors.cluster.proposals import (
     propose_create_partitions,
     propose_create_topic,
     propose_delete_topic,
+    propose_moves,
 )
 from actors.cluster.state import Applied, ClusterState, ClusterView, ProducerIdBlock
 from actors.controller import (
     AllocateProducerId,
     AlterTopicConfigs,
+    CompleteMove,
     CreatePartitions,
     CreateTopics,
     DeleteTopics,
+    MovePartitions,
+    PartitionResult,
     TopicResult,
     metadata_dir,
+    refuse_moves,
     topic_names_of,
 )
 from actors.group import OFFSETS_TOPIC
@@ -105,6 +113,7 @@ from actors.partition_messages import RaftReceive, RaftUnreachable
 from actors.partition_replication import log_state
 from actors.raft import Config, Message, RaftMachine, Role, SoftState
 from actors.replica import Replica, log_batch_reader
+from actors.replica_memberships import recovered
 from actors.runtime import LoopActor
 from actors.services import BrokerSettings, TopicTable, now_ms
 from storage import DiskLog
@@ -206,6 +215,8 @@ class ClusterController(LoopActor):
             AllocateProducerId: self._allocate_producer_id,
             RegisterSelf: self._register_self,
             ProducerIdBlockFor: self._block_for,
+            MovePartitions: self._move_partitions,
+            CompleteMove: self._complete_move,
             RaftReceive: self._raft_receive,
             RaftUnreachable: self._raft_unreachable,
             _Tick: self._tick,
@@ -232,12 +243,15 @@ class ClusterController(LoopActor):
         assert log_ is not None and log_.flushed_offset == log_.next_offset, log_
         address = (self.me.node, 0)
         peers = tuple((node, 0) for node in self.seeds)
+        confs, exact = recovered(log_)
         machine = RaftMachine(
             Config(address, peers, election_ticks=self._election_ticks,
                    heartbeat_ticks=self._heartbeat_ticks),
-            random.Random(), hard_state=self._hard_states.get(GROUP), log=log_state(log_),
-            committed=log_.log_start_offset - 1, batch_reader=log_batch_reader(log_))
-        self._replica = Replica(GROUP, machine, self, self._hard_states, self.host.schedule)
+            random.Random(), hard_state=self._hard_states.get(GROUP),
+            log=log_state(log_, confs), committed=log_.log_start_offset - 1,
+            batch_reader=log_batch_reader(log_))
+        self._replica = Replica(GROUP, machine, self, self._hard_states, self.host.schedule,
+                                confs_saved=exact)
 
     def on_stop(self) -> None:
         if self._timer is not None:
@@ -333,6 +347,9 @@ class ClusterController(LoopActor):
     def cut_complete(self) -> None:
         self._flush()
         self._apply_to(self._commit_target)
+
+    def writes_resumed(self) -> None:
+        pass  # a proposal refused meanwhile (NOT_CONTROLLER) is retried by its asker
 
     def committed(self, high_watermark: int) -> None:
         self._commit_target = max(self._commit_target, high_watermark)
@@ -492,7 +509,8 @@ class ClusterController(LoopActor):
         assert replica is not None and log_ is not None
         replica.before_append()
         machine = replica.machine
-        if machine.role != Role.Leader or machine.transferee is not None or log_.cut_pending:
+        if (machine.role != Role.Leader or machine.transferee is not None or log_.cut_pending
+                or replica.writes_waiting):  # Raft's own write (a membership) comes first
             for reply in replies:
                 reply(Applied(ErrorCode.NOT_CONTROLLER, "not the controller now"))
             return
@@ -606,6 +624,67 @@ class ClusterController(LoopActor):
         self._propose([c for _, c in proposed],
                       [applied_at(i, getattr(c, "name", "")) for i, c in proposed])
 
+    # Partition moves (actors/cluster/moves.py) ---------------------------------------------------
+
+    def _move_partitions(self, m: MovePartitions) -> None:
+        """One command per topic, of the partitions whose moves can be made; each partition is
+        answered with its refusal now, or once its topic's command is applied."""
+        if self._forward_or_wait(m):
+            return
+        view = self.state.view()
+        results: list[PartitionResult | None] = []
+        commands: list[Command] = []
+        replies: list[Callable[[Applied], None]] = []
+        for topic, moves in m.moves:
+            proposals = propose_moves(view, topic, moves, start=random.randrange(1 << 16))
+            info = view.table.topics.get(topic)
+            taken: list[tuple[int, Replicas | None]] = []
+            slots: list[int] = []
+            for index, proposal in proposals:
+                if isinstance(proposal, Applied):
+                    results.append(PartitionResult(topic, index, proposal.error,
+                                                   proposal.message))
+                    continue
+                assert info is not None
+                command = MovePartitionsCommand(topic, info.topic_id, ((index, proposal),))
+                checked = self.state.check(command)
+                if checked.error != ErrorCode.NONE:
+                    results.append(PartitionResult(topic, index, checked.error,
+                                                   checked.message))
+                    continue
+                taken.append((index, proposal))
+                slots.append(len(results))
+                results.append(None)
+            if taken:
+                assert info is not None
+                commands.append(MovePartitionsCommand(topic, info.topic_id, tuple(taken)))
+                replies.append(self._moves_applied(topic, taken, slots, results, m))
+        if not commands:
+            m.reply([r for r in results if r is not None])
+            return
+        self._propose(commands, replies)
+
+    @staticmethod
+    def _moves_applied(topic: str, taken: list[tuple[int, Replicas | None]], slots: list[int],
+                       results: list[PartitionResult | None], m: MovePartitions
+                       ) -> Callable[[Applied], None]:
+        def applied(a: Applied) -> None:
+            for (index, _), slot in zip(taken, slots, strict=True):
+                results[slot] = PartitionResult(topic, index, a.error, a.message)
+            if all(r is not None for r in results):
+                m.reply([r for r in results if r is not None])
+        return applied
+
+    def _complete_move(self, m: CompleteMove) -> None:
+        if self._forward_or_wait(m):
+            return
+        command = CompleteMoveCommand(m.topic, m.topic_id, m.partition, m.target)
+        checked = self.state.check(command)
+        if checked.error != ErrorCode.NONE:
+            m.reply(checked.error)
+            return
+        self._propose([command], [lambda a: m.reply(a.error)])
+
     # Nodes and producer ids ---------------------------------------------------------------------
 
     def _schedule_register(self) -> None:
@@ -689,8 +768,10 @@ class ClusterController(LoopActor):
 def _refuse(message: Any, error: ErrorCode) -> None:
     if isinstance(message, AllocateProducerId):
         message.reply(-1)
-    elif isinstance(message, RegisterSelf | ProducerIdBlockFor):
+    elif isinstance(message, RegisterSelf | ProducerIdBlockFor | CompleteMove):
         message.reply(error)
+    elif isinstance(message, MovePartitions):
+        refuse_moves(message, error, "no controller leader yet")
     else:
         message.reply([TopicResult(name or "", error, "no controller leader yet")
                        for name in topic_names_of(message)])

@@ -161,6 +161,33 @@ class AllocateProducerId(NamedTuple):
     reply: Callable[[int], None]
 
 
+class PartitionResult(NamedTuple):
+    topic: str
+    partition: int
+    error: ErrorCode
+    message: str | None = None
+
+
+class MovePartitions(NamedTuple):
+    """AlterPartitionReassignments: for each topic, (partition, the node ids to move it to,
+    or None to cancel its move) (actors/cluster/moves.py). Replies one result per
+    partition, in order, once the moves are recorded (not done)."""
+
+    moves: list[tuple[str, list[tuple[int, list[int] | None]]]]
+    reply: Callable[[list[PartitionResult]], None]
+
+
+class CompleteMove(NamedTuple):
+    """A partition's Raft leader: its group's members are its move's target now. Replies
+    NONE once the controller recorded it, or the error why not (a move since redirected)."""
+
+    topic: str
+    topic_id: bytes
+    partition: int
+    target: tuple[tuple[int, int], ...]
+    reply: Callable[[ErrorCode], None]
+
+
 class _Written(NamedTuple):
     """A metadata file write came back from the I/O pool."""
 
@@ -183,7 +210,14 @@ def topic_names_of(message: Any) -> list[str | None]:
         return [s.name for s in message.specs]
     if isinstance(message, AlterTopicConfigs):
         return [name for name, _ in message.changes]
+    if isinstance(message, MovePartitions):
+        return [name for name, _ in message.moves]
     return [name for name, _ in message.counts]
+
+
+def refuse_moves(message: MovePartitions, error: ErrorCode, why: str) -> None:
+    message.reply([PartitionResult(topic, index, error, why)
+                   for topic, moves in message.moves for index, _ in moves])
 
 
 class Controller(LoopActor):
@@ -209,6 +243,8 @@ class Controller(LoopActor):
             CreatePartitions: self._create_partitions,
             AlterTopicConfigs: self._alter_configs,
             AllocateProducerId: self._allocate_producer_id,
+            MovePartitions: self._move_partitions,
+            CompleteMove: lambda m: m.reply(ErrorCode.NO_REASSIGNMENT_IN_PROGRESS),
         }
 
     def on_start(self) -> None:
@@ -267,6 +303,10 @@ class Controller(LoopActor):
         log.warning("controller: %d requests waiting; refusing more", len(self._waiting))
         if isinstance(message, AllocateProducerId):
             message.reply(-1)
+        elif isinstance(message, MovePartitions):
+            refuse_moves(message, ErrorCode.REQUEST_TIMED_OUT, "controller busy")
+        elif isinstance(message, CompleteMove):
+            message.reply(ErrorCode.REQUEST_TIMED_OUT)
         else:
             busy = ErrorCode.REQUEST_TIMED_OUT
             message.reply(
@@ -275,6 +315,26 @@ class Controller(LoopActor):
             )
 
     # Topics -------------------------------------------------------------------------------
+
+    def _move_partitions(self, m: MovePartitions) -> None:
+        """A node of its own holds every partition's one replica: a move to itself is nothing
+        to do, any other names an unknown node, and no move is ever under way."""
+        me = self.settings.node_id
+        results = []
+        for topic, moves in m.moves:
+            info = self._table.topics.get(topic)
+            for index, nodes in moves:
+                if info is None or not 0 <= index < info.partitions:
+                    error, message = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, None
+                elif nodes is None:
+                    error, message = ErrorCode.NO_REASSIGNMENT_IN_PROGRESS, None
+                elif nodes != [me]:
+                    error = ErrorCode.INVALID_REPLICA_ASSIGNMENT
+                    message = f"a node of its own (node {me}) holds every replica"
+                else:
+                    error, message = ErrorCode.NONE, None
+                results.append(PartitionResult(topic, index, error, message))
+        m.reply(results)
 
     def _create_topics(self, m: CreateTopics) -> None:
         topics = dict(self._table.topics)

@@ -78,6 +78,11 @@ partitions_per_topic_max = 100_000
 # share of leaders back soon after it has caught up).
 preferred_leader_check_timeouts = 5
 
+# A moved partition's leader whose group's members are the move's target asks the controller
+# to complete the move (actors/partition_replication.py), again every this many election
+# timeouts until the controller's table says it is done.
+move_complete_retry_timeouts = 2
+
 # CreateTopics on a cluster answers once this shard knows a leader of every partition it
 # created (Kafka names leaders at creation; tools produce or ask Metadata right after), for at
 # most this long or the request's timeout_ms, asking every step.

@@ -61,6 +61,7 @@ from actors.partition_messages import (
     Read,
     ReadResult,
     TransferLeadership,
+    UpdateReplicas,
     UpdateSettings,
     WriteTxnMarker,
     refuse,
@@ -98,10 +99,14 @@ class Partition(LoopActor):
         settings: TopicSettings,
         services: Services,
         replicas: tuple[Address, ...] = (),
+        voters: tuple[Address, ...] | None = None,
+        target: tuple[Address, ...] | None = None,
     ) -> None:
         """`topic_id`: the topic's id (its incarnation: storage/partition_dir.py);
         `replicas`: every replica's (node, shard) on a cluster; more than one make a Raft
-        group (actors/partition_replication.py); () on a node of its own: the only copy."""
+        group (actors/partition_replication.py); () on a node of its own: the only copy.
+        `voters`: the group's first membership (the replicas before a move under way: the
+        log's own changes win); `target`: that move's target (actors/cluster/moves.py)."""
         super().__init__()
         self.topic = topic
         self.index = index
@@ -128,7 +133,8 @@ class Partition(LoopActor):
         self._replication: Replication | None = None
         if len(replicas) > 1:
             assert raft is not None, f"{topic}-{index}: replicas {replicas} on a single node"
-            self._replication = Replication(self, replicas, raft, self._flushes)
+            self._replication = Replication(self, replicas, raft, self._flushes,
+                                            voters or replicas, target)
         # A cluster's partition of replication factor 1: no Raft group, it leads, and says so
         # to every shard of the cluster, as a group's leader does (Metadata, coordinators).
         self._lone: LoneLeader | None = None
@@ -148,6 +154,7 @@ class Partition(LoopActor):
             Warmed: self._reads.warmed,
             Delete: self._delete,
             UpdateSettings: self._update_settings,
+            UpdateReplicas: self._update_replicas,
             DeleteRecords: self._delete_records,
             RaftReceive: lambda m: self.raft_input(m.messages),
             RaftUnreachable: self._raft_unreachable,
@@ -289,8 +296,9 @@ class Partition(LoopActor):
 
     def _ready_for(self, message: Any) -> bool:
         """Whether the partition may handle `message` now. A write waits while its log's
-        next segment is made off the loop, and, once one was refused by this new leader's
-        producer state, until the leader settles (actors/partition_produce.py)."""
+        next segment is made off the loop, once one was refused by this new leader's
+        producer state until the leader settles, and while Raft's own writes wait for the
+        log (a membership change's file: actors/replica.py) (actors/partition_produce.py)."""
         if not self._serving():
             return False
         if type(message) not in WRITES:
@@ -302,6 +310,10 @@ class Partition(LoopActor):
             if self.settling():
                 return False
             appends.awaiting_settle = False
+        if appends.awaiting_log:
+            if self.log_writes_waiting():
+                return False
+            appends.awaiting_log = False
         return True
 
     def settling(self) -> bool:
@@ -362,6 +374,9 @@ class Partition(LoopActor):
         if self._log is None or self._failed is not None:
             return self._failed or ErrorCode.NOT_LEADER_OR_FOLLOWER
         return None if self._replication is None else self._replication.refuse_append()
+
+    def log_writes_waiting(self) -> bool:
+        return self._replication is not None and self._replication.writes_waiting()
 
     def in_sync_count(self) -> int:
         """The replicas in sync: a replicated leader's ISR, else this one copy."""
@@ -574,6 +589,11 @@ class Partition(LoopActor):
                 self.settings.min_insync_replicas]
 
     # Topic changes ------------------------------------------------------------------------
+
+    def _update_replicas(self, m: UpdateReplicas) -> None:
+        """The controller moved this partition's replicas, or completed a move of them."""
+        if self._replication is not None:
+            self._replication.reassign(m.replicas, m.target)
 
     def _update_settings(self, m: UpdateSettings) -> None:
         """A topic setting changed (AlterConfigs): it holds from the next append, read and

@@ -38,6 +38,7 @@ __all__ = [
     "ReadResult",
     "RecordError",
     "TransferLeadership",
+    "UpdateReplicas",
     "UpdateSettings",
     "WriteTxnMarker",
     "refuse",
@@ -156,6 +157,15 @@ class PartitionInfo(NamedTuple):
     """Replies a dict of offsets (for describe tools and tests)."""
 
     reply: Callable[[dict[str, int]], None]
+
+
+class UpdateReplicas(NamedTuple):
+    """The partition's replicas changed (a move began, was redirected or completed:
+    actors/cluster/moves.py): every replica's (node, shard), and the move's target, None once
+    none is under way."""
+
+    replicas: tuple[tuple[int, int], ...]
+    target: tuple[tuple[int, int], ...] | None
 
 
 class Delete(NamedTuple):

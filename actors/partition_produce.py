@@ -94,6 +94,9 @@ class AppendHost(Protocol):
     def hold_first(self, message: Produce | WriteTxnMarker) -> None: ...
     def settling(self) -> bool: ...
     def write_refused(self) -> ErrorCode | None: ...
+    def log_writes_waiting(self) -> bool:
+        """Whether a replicated leader's log does not end where Raft's does yet (its own
+        writes wait behind a cut or the memberships file: actors/replica.py)."""
     def in_sync_count(self) -> int: ...
     def proposed(self, base_offset: int, count: int, data: memoryview) -> None:
         """The leader appended `count` offsets from `base_offset`; `data`: their batches'
@@ -110,6 +113,7 @@ class Appends:
         self._flushes = flushes
         self.rolling = False  # a segment is being made ahead of the writes held
         self.awaiting_settle = False  # a write held until this new leader settles
+        self.awaiting_log = False  # a write held until the leader's own log writes are made
         services = host.services
         metrics = services.metrics
         self._stats = None if metrics is None else metrics.partition(host.topic, host.index)
@@ -179,6 +183,12 @@ class Appends:
         if refused is not None:
             _answer(m, ProduceResult(refused))
             return False
+        if host.log_writes_waiting():
+            # Raft placed a write of its own at the log's end (a membership change waiting
+            # for its file): this one goes after it, held until then.
+            self.awaiting_log = True
+            host.hold_first(m)
+            return True
         log_ = host.disk_log
         assert log_ is not None
         settings = host.settings

@@ -65,10 +65,12 @@ from collections.abc import Set as AbstractSet
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from actors import limits
+from actors.controller import CompleteMove
 from actors.isr import InSyncReplicas
 from actors.partition_messages import DeleteRecordsReply
-from actors.raft import Config, LogState, Message, RaftMachine, Role, SoftState
+from actors.raft import Config, LogState, Membership, Message, RaftMachine, Role, SoftState
 from actors.replica import Replica, log_batch_reader
+from actors.replica_memberships import recovered
 from storage.log import Log
 from wire.errors import ErrorCode
 from wire.record_batch import BatchHeader
@@ -150,12 +152,13 @@ class LoneLeader:
         self.raft.unregister(self.key)  # its report is no longer repeated
 
 
-def log_state(log_: Log) -> LogState:
-    """The log as a restarting machine sees it: start, the epoch cache, end."""
+def log_state(log_: Log, confs: tuple[tuple[int, Membership], ...] = ()) -> LogState:
+    """The log as a restarting machine sees it: start, the epoch cache, end, and the
+    memberships it holds (actors/replica_memberships.py `recovered`)."""
     before = log_.epoch_before_start
     return LogState(log_.log_start_offset, before or 0,
                     tuple((start, epoch) for epoch, start in log_.epochs()),
-                    log_.next_offset - 1)
+                    log_.next_offset - 1, confs)
 
 
 class ReplicationHost(Protocol):
@@ -195,10 +198,18 @@ class AckWindowHost(Protocol):
 
 class Replication:
     def __init__(self, partition: ReplicationHost, replicas: tuple[Address, ...],
-                 raft: RaftServices, window: AckWindowHost) -> None:
+                 raft: RaftServices, window: AckWindowHost,
+                 voters: tuple[Address, ...] | None = None,
+                 target: tuple[Address, ...] | None = None) -> None:
+        """`replicas`: every replica (the preferred leader first); `voters`: the group's first
+        membership, where its log holds none (the replicas before a move under way);
+        `target`: that move's target (module docstring, moves)."""
         self.partition = partition
         self.window = window
         self.replicas = replicas
+        self.voters = voters or replicas
+        self.target = target
+        self._move_asked = -1  # the tick a CompleteMove was last asked for
         self.raft = raft
         self.key = GroupKey(partition.topic, partition.index, partition.topic_id)
         self.group = group_name(self.key)
@@ -217,18 +228,21 @@ class Replication:
         """`adopted`: the log's directory was made before topic ids, so its term and vote
         may be under the group's name from then."""
         raft = self.raft
-        config = Config(raft.address, self.replicas, election_ticks=raft.election_ticks,
-                        heartbeat_ticks=raft.heartbeat_ticks, quiesce=True)
+        learner = () if raft.address in self.voters else (raft.address,)
+        config = Config(raft.address, self.voters, election_ticks=raft.election_ticks,
+                        heartbeat_ticks=raft.heartbeat_ticks, quiesce=True, learners=learner)
         hard_state = raft.hard_states.get(self.group)
         if hard_state is None and adopted:
             hard_state = raft.hard_states.get(legacy_group_name(self.key.topic, self.key.partition))
+        confs, exact = recovered(log_)
         machine = RaftMachine(
             config, random.Random(), hard_state=hard_state,
-            log=log_state(log_), committed=log_.log_start_offset - 1,
+            log=log_state(log_, confs), committed=log_.log_start_offset - 1,
             batch_reader=log_batch_reader(log_))
-        self.replica = Replica(self.group, machine, self, raft.hard_states, raft.schedule)
+        self.replica = Replica(self.group, machine, self, raft.hard_states, raft.schedule,
+                               confs_saved=exact)
         raft.register(self.key, self.tick, self.replicas)
-        if self.replicas[0] == raft.address:
+        if self.replicas[0] == raft.address and not learner:
             # The preferred leader (placement spreads them over nodes and shards) asks for
             # votes at once: a new topic has its leaders where placement put them, without
             # waiting out a timeout. Where a leader is already heard (a restart), the others'
@@ -259,6 +273,8 @@ class Replication:
             self.partition.retry_held()
         self._answer_start_waiters()
         self._observe_isr()
+        if self.target is not None:
+            self._move()
         self._ticks += 1
         if self._ticks % (self.raft.election_ticks * limits.preferred_leader_check_timeouts) == 0:
             self._hand_back()
@@ -270,7 +286,8 @@ class Replication:
         gather them on the nodes that stayed up."""
         machine = self.machine
         preferred = self.replicas[0]
-        if machine.role != Role.Leader or preferred == self.raft.address:
+        if (machine.role != Role.Leader or preferred == self.raft.address
+                or not machine.membership.is_voter(preferred)):
             return
         progress = machine.progress.get(preferred)
         if (progress is not None and progress.recent_active and machine.transferee is None
@@ -304,6 +321,79 @@ class Replication:
         replica.transfer_leadership(max(peers, key=lambda peer: progress[peer].match))
         return True
 
+    # Moves (actors/cluster/moves.py) -----------------------------------------------------------
+
+    def reassign(self, replicas: tuple[Address, ...],
+                 target: tuple[Address, ...] | None) -> None:
+        """The controller moved the replicas (a move began, was redirected or completed)."""
+        self.replicas, self.target = replicas, target
+        self._move_asked = -1
+        if self.isr is not None and self.raft.address in replicas:
+            # Replicas the move adds start out of sync: in once they have caught up.
+            machine = self.machine
+            old = set(self.isr.replicas)
+            self.isr = InSyncReplicas(
+                self.raft.address, replicas, self.partition.services.settings
+                .replica_lag_time_max_ms, self.partition.now_ms(), machine.log.last_offset,
+                self.raft.lost | {r for r in replicas if r not in old})
+            self.raft.leader_changed(self.key, self.raft.address, machine.term, self.isr.isr)
+            self.window.in_sync_changed(len(self.isr.isr),
+                                        self.partition.settings.min_insync_replicas)
+        if self.target is not None:
+            self._move()
+
+    def _move(self) -> None:
+        """A leader takes its group one step toward the move's target, each step once the one
+        before it has committed: the target's new replicas join as learners; once they have
+        caught up the voters become the target's (a joint configuration when more than one
+        changes, which the machine leaves by itself); learners the target does not hold
+        leave. When the committed membership is the target's alone, the controller is told
+        (CompleteMove), again every `move_complete_retry_ticks` until it says so."""
+        replica = self.replica
+        if replica is None or replica.closed or self.target is None:
+            return
+        machine = replica.machine
+        if machine.role != Role.Leader or machine.log.last_conf_offset() > machine.commit:
+            return
+        m = machine.membership
+        if m.joint:
+            return  # the leader leaves it on its own once it commits
+        target = frozenset(self.target)
+        joining = target - m.voters
+        if not joining <= m.learners or m.learners - target:
+            replica.propose_membership(Membership(m.voters, learners=joining))
+            return
+        if m.voters != target:
+            if all(self._caught_up(p) for p in joining):
+                outgoing = m.voters if len(m.voters ^ target) > 1 else frozenset()
+                replica.propose_membership(Membership(target, outgoing))
+            return
+        retry = self.raft.election_ticks * limits.move_complete_retry_timeouts
+        if self._move_asked < 0 or self._ticks - self._move_asked >= retry:
+            self._move_asked = self._ticks
+            self._ask_complete()
+
+    def _caught_up(self, peer: Address) -> bool:
+        """Whether a learner has the leader's log up to its commit and is heard from."""
+        machine = self.machine
+        progress = machine.progress.get(peer)
+        return (progress is not None and progress.recent_active and peer not in self.raft.lost
+                and progress.match >= machine.commit)
+
+    def _ask_complete(self) -> None:
+        target = self.target
+        assert target is not None
+        p = self.partition
+        log.info("%s: members are the move's target %s: completing it", p,
+                 [node for node, _ in target])
+
+        def answered(error: Any) -> None:
+            if error != ErrorCode.NONE:
+                log.info("%s: completing the move: %s", p, getattr(error, "name", error))
+
+        p.services.controller().tell(CompleteMove(p.topic, p.topic_id, p.index, target,
+                                                  answered))
+
     # Questions the partition asks --------------------------------------------------------------
 
     @property
@@ -335,6 +425,17 @@ class Replication:
         assert self.replica is not None
         proposed = self.replica.propose(records, bytes(data))
         assert proposed is not None and proposed.base == base_offset, (proposed, base_offset)
+
+    def writes_waiting(self) -> bool:
+        """Whether the log does not end where Raft's does yet (writes behind a cut or the
+        memberships file): a leader's produces wait, held, until `writes_resumed`."""
+        return self.replica is not None and self.replica.writes_waiting
+
+    def change_membership(self, new: Membership) -> bool:
+        """The leader appends a membership change (Raft's rules: actors/raft/machine.py
+        `propose_membership`); whether it did."""
+        replica = self.replica
+        return replica is not None and not replica.closed and replica.propose_membership(new)
 
     def leader_ready(self) -> bool:
         """Whether this leader's high watermark has caught up with its election (KIP-207)."""
@@ -505,6 +606,9 @@ class Replication:
 
     def cut_complete(self) -> None:
         self.window.cut_complete()
+
+    def writes_resumed(self) -> None:
+        self.partition.retry_held()
 
     def committed(self, high_watermark: int) -> None:
         self._commit_target = max(self._commit_target, high_watermark)

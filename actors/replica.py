@@ -18,8 +18,9 @@ the appends of every produce of a turn leave for each follower as one message:
           2. rd.log_writes, in order, on the log now: a follower's batches (append_replicated),
              a divergent tail cut (truncate_to), a restart at the leader's log start (reset),
              the leader's log start taken (`host.advance_log_start`), a new leader's
-             LEADER_CHANGE control batch. The host is told what to flush (`host.appended`);
-             a flush's end comes back as `flushed`.
+             LEADER_CHANGE control batch, a membership change's control batch (its file
+             first: actors/replica_memberships.py). The host is told what to flush
+             (`host.appended`); a flush's end comes back as `flushed`.
           3. rd.messages: sent only once every hard state saved so far is durable (persist
              before send); an append to a follower carries its batches' bytes: the batches
              proposed since the last Ready from the produce's own bytes (a copy `propose`
@@ -45,7 +46,9 @@ batch after batch, as its segments must for recovery.
 
 A cut (truncate or reset) must be durable before the log takes another append
 (storage/replica.py): its ticket runs on the I/O pool, and the log writes behind it wait in
-order until it has. Messages never wait for log writes: the machine only ever acknowledges
+order until it has; so do they behind a write of the memberships file. While they wait the
+log does not end where the machine's does, and a leader takes no produce (`writes_waiting`,
+then `host.writes_resumed`). Messages never wait for log writes: the machine only ever acknowledges
 what `flushed` reported. A cut that fails leaves the log's contents unknown: the replica
 stops (no answers, no votes) until a restart recovers the log.
 
@@ -77,9 +80,11 @@ from actors.raft import (
     LEADER_CHANGE,
     AdvanceStart,
     Append,
+    ConfChange,
     HardState,
     InstallStart,
     LogWrite,
+    Membership,
     Message,
     MsgType,
     RaftMachine,
@@ -89,6 +94,7 @@ from actors.raft import (
     SoftState,
     TruncateAfter,
 )
+from actors.replica_memberships import MEMBERSHIP_FILE, Confs, confs_to_file, membership_batch
 from storage.log import Log, OffsetOutOfRange
 from storage.page_cache import NotCached
 from storage.replica import CutTicket, NotContiguous
@@ -192,6 +198,9 @@ class ReplicaHost(Protocol):
         follower's, within its log), as DeleteRecords does, and make it durable."""
     def cut_complete(self) -> None:
         """A cut is durable and the writes behind it are in the log: flush what waits."""
+    def writes_resumed(self) -> None:
+        """Log writes that waited (behind a cut, a segment made ahead, the memberships file)
+        go on: a leader's produces held meanwhile may go on too."""
     def committed(self, high_watermark: int) -> None: ...
     def role_changed(self, soft: SoftState, term: int) -> None: ...
     def send(self, messages: list[Message]) -> None: ...
@@ -213,7 +222,10 @@ class Replica:
         host: ReplicaHost,
         store: HardStateStore,
         schedule: Callable[[Callable[[], None]], Any],
+        confs_saved: bool = True,
     ) -> None:
+        """`confs_saved`: the memberships file says what the machine's log holds (False: it
+        says more, and is written again before the next append)."""
         self.group = group
         self.machine = machine
         self._host = host
@@ -232,6 +244,13 @@ class Replica:
         self._writes: collections.deque[LogWrite] = collections.deque()
         self._cutting = False
         self._rolling = False
+        # The memberships the log holds, the anchor first, and what the file says (None: not
+        # that, written before the next append); `_saving`: a write of it is out
+        # (actors/replica_memberships.py). No file: the group's first membership, its
+        # Config's, is the anchor.
+        self._confs: Confs = list(machine.log.confs())
+        self._saved_confs: Confs | None = list(self._confs) if confs_saved else None
+        self._saving = False
         self._lost = False  # a log write was not made: the machine is told where the log ends
         # The leader's batches proposed since its last Ready, (first, last, bytes): this
         # turn's appends to followers carry them without reading the log back.
@@ -283,6 +302,21 @@ class Replica:
                 self._fresh.append((proposed.base, proposed.last, data))
             self._soon()
         return proposed
+
+    def propose_membership(self, new: Membership) -> bool:
+        """The leader appends a membership change (actors/raft/machine.py says when it may);
+        whether it did."""
+        proposed = self.machine.propose_membership(new)
+        if proposed is not None:
+            self._soon()
+        return proposed is not None
+
+    @property
+    def writes_waiting(self) -> bool:
+        """Whether log writes the machine asked for wait (a cut, a segment made ahead, the
+        memberships file): the log does not end where the machine's does, so a leader takes
+        no produce until `writes_resumed`."""
+        return self._deferring or bool(self._writes)
 
     def propose_no_op(self) -> bool:
         """The leader places a no-op (a LEADER_CHANGE batch, written when the machine's
@@ -462,8 +496,9 @@ class Replica:
 
     @property
     def _deferring(self) -> bool:
-        """Whether log writes wait (in order, in `_writes`): a cut or a roll is out."""
-        return self._cutting or self._rolling
+        """Whether log writes wait (in order, in `_writes`): a cut, a roll or a write of
+        the memberships file is out."""
+        return self._cutting or self._rolling or self._saving
 
     def _log_write(self, write: LogWrite) -> None:
         if self._deferring:
@@ -471,7 +506,7 @@ class Replica:
             return
         log_ = self._host.replica_log()
         if isinstance(write, Append):
-            if self._roll_first(log_, write):
+            if self._confs_first(log_, write) or self._roll_first(log_, write):
                 return
             try:
                 self._append(log_, write)
@@ -484,6 +519,8 @@ class Replica:
             if isinstance(write, TruncateAfter):
                 self._truncate(log_, write.offset + 1)
             elif isinstance(write, InstallStart):
+                self._confs = [(write.log_start - 1, write.membership)]
+                self._saved_confs = None  # the install's anchor: written after the reset
                 self._cut(log_.reset(write.log_start, write.prev_term))
             elif isinstance(write, AdvanceStart):
                 self._host.advance_log_start(write.offset)
@@ -504,12 +541,15 @@ class Replica:
         if write.payload is None:
             return  # the leader's own batch: written before it was proposed
         first = write.ranges[0].base
-        if write.payload is LEADER_CHANGE:
+        if write.payload is LEADER_CHANGE or isinstance(write.payload, ConfChange):
             if log_.next_offset != first:
-                raise NotContiguous(f"a no-op at {first} where the log continues at "
+                raise NotContiguous(f"a control batch at {first} where the log continues at "
                                     f"{log_.next_offset}")
-            me, voters = host.leader_change_ids()
-            batch = leader_change_batch(me, voters, host.now_ms())
+            if isinstance(write.payload, ConfChange):
+                batch = membership_batch(write.payload.membership, host.now_ms())
+            else:
+                me, voters = host.leader_change_ids()
+                batch = leader_change_batch(me, voters, host.now_ms())
             headers = iter_batches(batch, check_crc=False)
             log_.append(batch, headers, write.ranges[0].term, host.now_ms())
             data = batch
@@ -561,6 +601,7 @@ class Replica:
                 return
             self._host.replica_log().cut_complete(ticket)
             self._cutting = False
+            self._save_confs()  # a change cut away, an install's anchor
             self._write_deferred()
             if not self._cutting:
                 self._host.cut_complete()
@@ -572,8 +613,8 @@ class Replica:
         segment's files are made on the I/O pool (storage/log.py, rolling ahead) and this
         write and those after it wait for them. Whether it waits."""
         payload = write.payload
-        if payload is None or payload is LEADER_CHANGE:
-            return False  # the leader's own batch (written), or a no-op of one record
+        if payload is None or payload is LEADER_CHANGE or isinstance(payload, ConfChange):
+            return False  # the leader's own batch (written), or a control batch of one record
         first = write.ranges[0].base
         if first != log_.next_offset:
             return False  # a retransmission's head, or a gap: `_append` sorts it out
@@ -603,12 +644,62 @@ class Replica:
         return True
 
     def _write_deferred(self) -> None:
-        """The cut or roll they waited for is done: the writes behind it, in order, until
-        one waits again."""
+        """The cut, roll or file write they waited for is done: the writes behind it, in
+        order, until one waits again."""
         while self._writes and not self._deferring:
             self._log_write(self._writes.popleft())
-        if not self._deferring and self._lost:
-            self._soon()
+        if not self._deferring:
+            if self._lost:
+                self._soon()
+            self._host.writes_resumed()
+
+    # Memberships (actors/replica_memberships.py) ---------------------------------------------
+
+    def _confs_first(self, log_: Log, write: Append) -> bool:
+        """Before an append from offset `first`: the memberships the log will hold are those
+        before `first` and those the append carries; if the file does not say so (a change
+        carried, one cut away or never written, an install's anchor), it is written first
+        and this write and those behind it wait. Whether it waits."""
+        first = write.ranges[0].base
+        if first < log_.next_offset:
+            return False  # a retransmission's head: `_append` cuts, then comes back here
+        confs = self._confs
+        if write.confs or confs[-1][0] >= first:
+            self._confs = [c for c in confs if c[0] < first]
+            self._confs.extend(write.confs)
+        if self._confs == self._saved_confs:
+            return False
+        self._writes.appendleft(write)
+        self._save_confs()
+        return True
+
+    def _save_confs(self) -> None:
+        """Write the memberships file as `_confs` says, if it says otherwise; log writes wait
+        until it is durable (`_deferring`). Only the last change below the log start is
+        kept: the anchor."""
+        confs = self._confs
+        start = self._host.replica_log().log_start_offset
+        below = sum(1 for offset, _ in confs if offset < start)
+        if below > 1:
+            confs = self._confs = confs[below - 1:]
+        if confs == self._saved_confs:
+            return
+        self._saving = True
+        saving = list(confs)
+
+        def done(_result: Any, error: BaseException | None) -> None:
+            if self.closed:
+                return
+            if error is not None:
+                log.critical("%s: the memberships file was not written: %r", self.group, error)
+                self._stop()
+                return
+            self._saving = False
+            self._saved_confs = saving
+            self._write_deferred()
+
+        self._host.run_io(self._host.replica_log().state_writer(
+            MEMBERSHIP_FILE, confs_to_file(saving)), done)
 
     def _stop(self) -> None:
         """What the log holds is unknown (a cut failed): the log refuses appends, and this

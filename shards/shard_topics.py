@@ -6,6 +6,9 @@ shard 0). A new version starts the partitions this shard owns now (shards/shard_
 a cluster's placement), tells those whose topic configs changed, stands in for those another
 shard of this node owns (shards/remote.py), and deletes what is gone, or what a new
 incarnation of a topic name replaced (its directory to trash, storage/partition_dir.py).
+A partition whose replicas a move changed (actors/cluster/moves.py) starts its replica on a
+node the move adds, is told its new replicas where it stays, and, once the move completes,
+stops on a node it left, its data to trash.
 
 `Shard` (shards/shard.py) takes these methods from `TopicsShard`; the class names what they
 read of the shard.
@@ -21,7 +24,7 @@ from pykka import ActorRef
 from actors.cluster.state import PlacedTopic
 from actors.metrics import ShardMetrics
 from actors.partition import Partition
-from actors.partition_messages import Delete, UpdateSettings
+from actors.partition_messages import Delete, UpdateReplicas, UpdateSettings
 from actors.services import BrokerSettings, TopicTable
 from actors.topic_config import TopicSettings
 from shards.raft_host import RaftHost
@@ -73,24 +76,57 @@ class TopicsShard:
                         ref.tell(UpdateSettings(settings))
             self._topic_settings[name] = settings
             first_new = previous.partitions if previous is not None else 0
+            if isinstance(previous, PlacedTopic) and isinstance(info, PlacedTopic):
+                for index in range(first_new):
+                    if (previous.replicas[index] != info.replicas[index]
+                            or previous.moves.get(index) != info.moves.get(index)):
+                        self._replicas_changed(info, index, settings)
             for index in range(first_new, info.partitions):
-                owner = self.owner_of(name, index)
-                if owner < 0:
-                    continue  # a cluster's partition with no replica on this node
-                if owner != self.shard_id:
-                    assert self._router is not None
-                    self._remote_partitions[(name, index)] = RemotePartition(
-                        self._router, owner, name, index
-                    )
-                    continue
-                directory = Path(self.settings.data_dir) / f"{name}-{index}"
-                replicas = info.replicas[index] if isinstance(info, PlacedTopic) else ()
-                self._partitions[(name, index)] = Partition.start(
-                    name, index, info.topic_id, directory, settings, self, replicas
-                )
+                self._start_partition(info, index, settings)
         for name, info in old.topics.items():
             if name not in table.topics:
                 self._delete_topic(name, info.partitions)
+
+    def _start_partition(self, info: Any, index: int, settings: TopicSettings) -> None:
+        """Start the partition's replica if this shard holds it, or a stand-in for the shard
+        of this node that does."""
+        name = info.name
+        owner = self.owner_of(name, index)
+        if owner < 0:
+            return  # a cluster's partition with no replica on this node
+        if owner != self.shard_id:
+            assert self._router is not None
+            self._remote_partitions[(name, index)] = RemotePartition(
+                self._router, owner, name, index
+            )
+            return
+        directory = Path(self.settings.data_dir) / f"{name}-{index}"
+        replicas: tuple[tuple[int, int], ...] = ()
+        voters = target = None
+        if isinstance(info, PlacedTopic):
+            replicas, voters = info.replicas[index], info.voters(index)
+            move = info.moves.get(index)
+            target = move.target if move is not None else None
+        self._partitions[(name, index)] = Partition.start(
+            name, index, info.topic_id, directory, settings, self, replicas, voters, target
+        )
+
+    def _replicas_changed(self, info: PlacedTopic, index: int, settings: TopicSettings) -> None:
+        """A move began, was redirected or completed: start, tell or stop this node's
+        replica, or the stand-in for the shard of this node that holds it."""
+        key = (info.name, index)
+        ref = self._partitions.get(key)
+        if self.owner_of(info.name, index) == self.shard_id and ref is not None:
+            move = info.moves.get(index)
+            ref.tell(UpdateReplicas(info.replicas[index],
+                                    move.target if move is not None else None))
+            return
+        self._remote_partitions.pop(key, None)
+        if ref is not None:  # the move completed without this node: its data goes
+            del self._partitions[key]
+            directory = Path(self.settings.data_dir) / f"{info.name}-{index}"
+            ref.tell(Delete(move_to_trash(directory)))
+        self._start_partition(info, index, settings)
 
     def _delete_topic(self, name: str, partitions: int) -> None:
         self._topic_settings.pop(name, None)

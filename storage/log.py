@@ -70,7 +70,7 @@ from bisect import bisect_right
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from storage import limits
 from storage.appender import ChunkPool, WriteJob
@@ -207,6 +207,9 @@ class Log(Protocol):
     def last_epoch(self) -> int | None: ...
     @property
     def epoch_before_start(self) -> int | None: ...
+    # A caller's own state beside the log (actors/replica_memberships.py)
+    def state_writer(self, name: str, value: Any) -> Callable[[], None]: ...
+    def read_state(self, name: str, default: Any = None) -> Any: ...
     # Rolling ahead, off the loop (module docstring)
     def roll_ahead(self, base_offset: int, last_offset: int, size: int, epoch: int,
                    now_ms: int) -> Callable[[], Segment] | None: ...
@@ -728,7 +731,7 @@ class DiskLog(FlushAccounting, ReplicaAccounting):
     def log_start_writer(self, offset: int) -> Callable[[], None]:
         """A blocking job (for the I/O pool) that makes a log start moved by DeleteRecords
         or retention survive a crash, with the epoch just below it if that is known."""
-        return self._state_writer(LOG_START_FILE, self._log_start_state(offset))
+        return self.state_writer(LOG_START_FILE, self._log_start_state(offset))
 
     def _log_start_state(self, offset: int) -> dict[str, int]:
         state = {"log_start_offset": offset}
@@ -737,14 +740,20 @@ class DiskLog(FlushAccounting, ReplicaAccounting):
             state["epoch_before_start"] = epoch
         return state
 
+    def read_state(self, name: str, default: Any = None) -> Any:
+        """What `state_writer` last wrote as `name` (a read at start, off the serving path)."""
+        return read_json(self.directory / name, default)
+
     def cleaner_checkpoint_writer(self, offset: int) -> Callable[[], None]:
         """A blocking job that records where compaction's dirty part now starts."""
         self.cleaner_checkpoint = offset
-        return self._state_writer(CLEANER_FILE, {"offset": offset})
+        return self.state_writer(CLEANER_FILE, {"offset": offset})
 
-    def _state_writer(self, name: str, value: dict[str, int]) -> Callable[[], None]:
-        """Write through a handle of our own on this log's directory: a topic deleted (its
-        directory renamed away) or made again meanwhile is not touched."""
+    def state_writer(self, name: str, value: Any) -> Callable[[], None]:
+        """A blocking job that writes `value` as the JSON file `name` beside the segments,
+        atomically and durably (a caller's own state: actors/replica_memberships.py). Written
+        through a handle of our own on this log's directory: a topic deleted (its directory
+        renamed away) or made again meanwhile is not touched."""
         dir_fd = os.dup(self._dir_fd)
         data = json.dumps(value).encode()
 

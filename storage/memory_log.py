@@ -11,6 +11,7 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from storage.epochs import EpochCache
 from storage.flush import FlushAccounting, FlushTicket
@@ -74,6 +75,16 @@ class MemoryLog(FlushAccounting, ReplicaAccounting):
         self._cut: CutTicket | None = None
         self.log_start_offset = log_start_offset
         self.next_offset = self.written_offset = self.flushed_offset = log_start_offset
+        self._states: dict[str, Any] = {}  # state_writer's files, in memory
+
+    def state_writer(self, name: str, value: Any) -> Callable[[], None]:
+        def write() -> None:
+            self._states[name] = value
+
+        return write
+
+    def read_state(self, name: str, default: Any = None) -> Any:
+        return self._states.get(name, default)
 
     @property
     def segment_base_offsets(self) -> list[int]:

@@ -10,8 +10,8 @@ The encoding is a msgpack array, the format first, then the command's tag, then 
 in the order the record declares them:
 
     RegisterNode(NodeInfo(1, "h1", 9092, "h1", 33145, 2, 2000, None, "h1:9093"))
-        -> [2, 1, 1, "h1", 9092, "h1", 33145, 2, 2000, None, "h1:9093"]
-    DeleteTopic("orders", b"\\x9a...")  ->  [2, 3, "orders", b"\\x9a..."]
+        -> [3, 1, 1, "h1", 9092, "h1", 33145, 2, 2000, None, "h1:9093"]
+    DeleteTopic("orders", b"\\x9a...")  ->  [3, 3, "orders", b"\\x9a..."]
 
 Replicas travel flat, `[node, shard, node, shard, ...]` per partition, the leader first. A
 snapshot (`Snapshot`) is written in the same terms: the nodes' fields and, for each topic, the
@@ -20,7 +20,8 @@ fields of a CreateTopic that would make it as it is now.
 Growing the format: a later format appends fields at the end of a command's array (never
 reorders or retypes one) and bumps `FORMAT`; `decode` reads every format up to its own,
 giving the fields an older format lacked their defaults (format 2 added a node's reader
-address, `NodeInfo.reader`, at the end of RegisterNode and of a snapshot's node). A format
+address, `NodeInfo.reader`, at the end of RegisterNode and of a snapshot's node; format 3 the
+partition moves, `MovePartitions` and `CompleteMove`, and a snapshot's moves under way). A format
 newer than the decoder's is a `CommandError`: a node must not apply a command it half
 understands (its state would differ from its peers'), so it stops applying until it is
 upgraded.
@@ -47,9 +48,12 @@ __all__ = [
     "AlterTopicConfigs",
     "Command",
     "CommandError",
+    "CompleteMove",
     "CreatePartitions",
     "CreateTopic",
     "DeleteTopic",
+    "Move",
+    "MovePartitions",
     "NodeInfo",
     "RegisterNode",
     "Replicas",
@@ -58,11 +62,13 @@ __all__ = [
     "decode_snapshot",
     "encode",
     "encode_snapshot",
+    "moves_from_wire",
+    "moves_to_wire",
     "replicas_from_wire",
     "replicas_to_wire",
 ]
 
-FORMAT = 2  # the encoding's version: the first element of every encoded command
+FORMAT = 3  # the encoding's version: the first element of every encoded command
 
 # A replica's home: (node id, shard of that node).
 Address = tuple[int, int]
@@ -141,6 +147,34 @@ class AllocateProducerIdBlock(NamedTuple):
     node: int
 
 
+class Move(NamedTuple):
+    """A partition's move under way (format 3): from the replicas it had when the move began
+    to `target` (actors/cluster/moves.py)."""
+
+    origin: Replicas
+    target: Replicas
+
+
+class MovePartitions(NamedTuple):
+    """Start, redirect or cancel moves of `name`'s partitions (AlterPartitionReassignments):
+    each (partition, its target replicas), or (partition, None) to cancel the move under way,
+    which then goes back to the replicas it began from. Format 3."""
+
+    name: str
+    topic_id: bytes
+    moves: tuple[tuple[int, Replicas | None], ...]
+
+
+class CompleteMove(NamedTuple):
+    """The partition's Raft group has `target`'s voters and no other member: its move is done
+    (proposed by the group's leader). Format 3."""
+
+    name: str
+    topic_id: bytes
+    partition: int
+    target: Replicas
+
+
 Command = (
     RegisterNode
     | CreateTopic
@@ -148,6 +182,8 @@ Command = (
     | CreatePartitions
     | AlterTopicConfigs
     | AllocateProducerIdBlock
+    | MovePartitions
+    | CompleteMove
 )
 
 
@@ -232,6 +268,39 @@ def _topic_from_wire(f: list[Any]) -> CreateTopic:
     return CreateTopic(_str(f[0]), _bytes(f[1]), _partitions(f[2]), _configs(f[3]))
 
 
+def moves_to_wire(moves: Mapping[int, Move]) -> list[Any]:
+    """[[partition, origin, target], ...] by partition."""
+    return [[p, replicas_to_wire(m.origin), replicas_to_wire(m.target)]
+            for p, m in sorted(moves.items())]
+
+
+def moves_from_wire(value: Any) -> dict[int, Move]:
+    if not isinstance(value, list) or len(value) > actor_limits.partitions_per_topic_max:
+        raise CommandError("moves must be a list within partitions_per_topic_max")
+    moves = {}
+    for item in value:
+        if not isinstance(item, list) or len(item) != 3:
+            raise CommandError(f"a move is [partition, origin, target], got {item!r:.80}")
+        moves[_int(item[0])] = Move(replicas_from_wire(item[1]), replicas_from_wire(item[2]))
+    return moves
+
+
+def _moves_command_to_wire(c: MovePartitions) -> list[Any]:
+    return [c.name, c.topic_id,
+            [[p, None if r is None else replicas_to_wire(r)] for p, r in c.moves]]
+
+
+def _moves_command_from_wire(f: list[Any]) -> MovePartitions:
+    if not isinstance(f[2], list) or len(f[2]) > actor_limits.partitions_per_topic_max:
+        raise CommandError("moves must be a list within partitions_per_topic_max")
+    moves = []
+    for item in f[2]:
+        if not isinstance(item, list) or len(item) != 2:
+            raise CommandError(f"a move is [partition, target or nil], got {item!r:.80}")
+        moves.append((_int(item[0]), None if item[1] is None else replicas_from_wire(item[1])))
+    return MovePartitions(_str(f[0]), _bytes(f[1]), tuple(moves))
+
+
 class _Codec(NamedTuple):
     tag: int
     to_wire: Callable[[Any], list[Any]]
@@ -271,6 +340,13 @@ _CODECS: dict[type, _Codec] = {
         lambda c: [c.node],
         lambda f: AllocateProducerIdBlock(_int(f[0])),
         1,
+    ),
+    MovePartitions: _Codec(7, _moves_command_to_wire, _moves_command_from_wire, 3),
+    CompleteMove: _Codec(
+        8,
+        lambda c: [c.name, c.topic_id, c.partition, replicas_to_wire(c.target)],
+        lambda f: CompleteMove(_str(f[0]), _bytes(f[1]), _int(f[2]), replicas_from_wire(f[3])),
+        4,
     ),
 }
 _BY_TAG = {codec.tag: codec for codec in _CODECS.values()}
@@ -320,13 +396,15 @@ def _unpack(data: bytes | memoryview, bytes_max: int, what: str) -> list[Any]:
 
 class Snapshot(NamedTuple):
     """The whole cluster state at `version`, in the terms of the commands that could build
-    it: `[FORMAT, version, next producer id, [node fields...], [CreateTopic fields...]]`,
-    nodes by id and topics by name, so equal states give equal bytes."""
+    it: `[FORMAT, version, next producer id, [node fields...], [CreateTopic fields...],
+    {topic: moves}]` (the moves under way: format 3), nodes by id and topics by name, so
+    equal states give equal bytes."""
 
     version: int
     next_producer_id: int
     nodes: tuple[NodeInfo, ...]
     topics: tuple[CreateTopic, ...]
+    moves: Mapping[str, Mapping[int, Move]] = {}  # noqa: RUF012 (never mutated)
 
 
 def encode_snapshot(snapshot: Snapshot) -> bytes:
@@ -337,6 +415,7 @@ def encode_snapshot(snapshot: Snapshot) -> bytes:
             snapshot.next_producer_id,
             [list(n) for n in sorted(snapshot.nodes)],
             [_topic_to_wire(t) for t in sorted(snapshot.topics, key=lambda t: t.name)],
+            {name: moves_to_wire(m) for name, m in sorted(snapshot.moves.items()) if m},
         ],
         use_bin_type=True,
     )
@@ -346,8 +425,11 @@ def encode_snapshot(snapshot: Snapshot) -> bytes:
 
 def decode_snapshot(data: bytes | memoryview) -> Snapshot:
     value = _unpack(data, limits.snapshot_bytes_max, "snapshot")
-    if len(value) != 5 or not isinstance(value[3], list) or not isinstance(value[4], list):
-        raise CommandError("a snapshot is [format, version, next id, nodes, topics]")
+    if len(value) == 5:
+        value.append({})  # before format 3: no moves
+    if len(value) != 6 or not isinstance(value[3], list) or not isinstance(value[4], list) \
+            or not isinstance(value[5], dict):
+        raise CommandError("a snapshot is [format, version, next id, nodes, topics, moves]")
     if len(value[3]) > limits.nodes_max:
         raise CommandError(f"{len(value[3])} nodes is over nodes_max")
     for fields in (*value[3], *value[4]):
@@ -361,4 +443,5 @@ def decode_snapshot(data: bytes | memoryview) -> Snapshot:
         _int(value[2]),
         tuple(_node(f) for f in value[3]),
         tuple(_topic_from_wire(f) for f in value[4]),
+        {_str(name): moves_from_wire(m) for name, m in value[5].items()},
     )

@@ -56,7 +56,7 @@ from actors.cluster import limits
 from actors.cluster.commands import Address, Replicas
 from wire.errors import ErrorCode
 
-__all__ = ["Load", "PlacementError", "assign_shards", "place_replicas"]
+__all__ = ["Load", "PlacementError", "assign_shards", "move_target", "place_replicas"]
 
 
 class PlacementError(ValueError):
@@ -247,6 +247,33 @@ def assign_shards(
         topic.add(replicas)
         placed.append(replicas)
     return placed
+
+
+def move_target(
+    nodes: Mapping[int, int],
+    current: Sequence[Address],
+    node_ids: Sequence[int],
+    *,
+    existing: Iterable[Sequence[Address]] = (),
+    turn: int = 0,
+) -> Replicas:
+    """A move's target (actors/cluster/moves.py) from Kafka's node ids: a node among
+    `current` keeps its shard, a new one gets the shard `place_replicas` would choose for it
+    (`nodes`: every registered node, id -> shard count). Raises PlacementError
+    (INVALID_REPLICA_ASSIGNMENT) for an unknown node, a node twice, or a size out of range."""
+    invalid = ErrorCode.INVALID_REPLICA_ASSIGNMENT
+    if not 1 <= len(node_ids) <= limits.replication_factor_max:
+        raise PlacementError(invalid, f"{len(node_ids)} replicas")
+    unknown = [n for n in node_ids if n not in nodes]
+    if unknown:
+        raise PlacementError(invalid, f"unknown nodes {unknown}")
+    if len(set(node_ids)) != len(node_ids):
+        raise PlacementError(invalid, f"a node twice in {list(node_ids)}")
+    kept = dict(current)
+    cluster = Load(existing)
+    return tuple((node, kept[node] if node in kept else
+                  _shard(node, nodes[node], i == 0, turn, cluster, Load()))
+                 for i, node in enumerate(node_ids))
 
 
 def _check_nodes(nodes: Mapping[int, int]) -> None:

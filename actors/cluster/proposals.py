@@ -19,13 +19,14 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 
 from actors import limits as actor_limits
-from actors.cluster.commands import CreatePartitions, CreateTopic, DeleteTopic
-from actors.cluster.placement import PlacementError, assign_shards, place_replicas
+from actors.cluster.commands import CreatePartitions, CreateTopic, DeleteTopic, Replicas
+from actors.cluster.placement import PlacementError, assign_shards, move_target, place_replicas
 from actors.cluster.state import Applied, ClusterView, PlacedTopic
 from actors.topic_config import ConfigError, validate
 from wire.errors import ErrorCode
 
-__all__ = ["propose_create_partitions", "propose_create_topic", "propose_delete_topic"]
+__all__ = ["propose_create_partitions", "propose_create_topic", "propose_delete_topic",
+           "propose_moves"]
 
 
 def propose_create_topic(
@@ -122,6 +123,47 @@ def propose_delete_topic(
     if found is None:
         return Applied(ErrorCode.UNKNOWN_TOPIC_ID, "no such topic")
     return DeleteTopic(found.name, found.topic_id)
+
+
+def propose_moves(
+    view: ClusterView,
+    name: str,
+    moves: Sequence[tuple[int, Sequence[int] | None]],
+    *,
+    start: int = 0,
+) -> list[tuple[int, Replicas | None | Applied]]:
+    """AlterPartitionReassignments' entries for one topic: for each (partition, node ids or
+    None to cancel), the target replicas (a node the partition keeps keeps its shard, a new
+    one gets the shard placement would give it), None to cancel, or why it cannot be. The
+    state checks each again (actors/cluster/state.py)."""
+    topic = view.table.topics.get(name)
+    out: list[tuple[int, Replicas | None | Applied]] = []
+    if not isinstance(topic, PlacedTopic):
+        return [(index, Applied(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "no such topic"))
+                for index, _ in moves]
+    seen: set[int] = set()
+    existing = list(view.assignments())
+    for index, nodes in moves:
+        if index in seen:
+            out.append((index, Applied(ErrorCode.INVALID_REQUEST, "a partition named twice")))
+            continue
+        seen.add(index)
+        if not 0 <= index < topic.partitions:
+            out.append((index, Applied(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                                       f"topic {name!r} has no partition {index}")))
+            continue
+        if nodes is None:
+            out.append((index, None))
+            continue
+        try:
+            target = move_target(view.shard_counts(), topic.replicas[index], nodes,
+                                 existing=existing, turn=start + index)
+        except PlacementError as e:
+            out.append((index, Applied(e.error, f"partition {index}: {e.message}")))
+            continue
+        existing.append(target)
+        out.append((index, target))
+    return out
 
 
 def _live(view: ClusterView, live: Collection[int]) -> dict[int, int]:

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
 from actors import limits as actor_limits
@@ -48,9 +48,12 @@ from actors.cluster.commands import (
     AllocateProducerIdBlock,
     AlterTopicConfigs,
     Command,
+    CompleteMove,
     CreatePartitions,
     CreateTopic,
     DeleteTopic,
+    Move,
+    MovePartitions,
     NodeInfo,
     RegisterNode,
     Replicas,
@@ -58,6 +61,7 @@ from actors.cluster.commands import (
     decode_snapshot,
     encode_snapshot,
 )
+from actors.cluster.moves import replicas_during
 from actors.cluster.topic_names import INTERNAL_TOPICS, check_topic_name
 from actors.group import OFFSETS_TOPIC
 from actors.services import TopicInfo, TopicTable
@@ -89,16 +93,30 @@ _PORT_MAX = 65535
 @dataclass(frozen=True, slots=True)
 class PlacedTopic(TopicInfo):
     """A topic with every partition's replicas, the preferred leader first: a `TopicInfo`, so
-    a `TopicTable` of these is what shards already take."""
+    a `TopicTable` of these is what shards already take. A partition being moved
+    (`moves`, actors/cluster/moves.py) has as replicas its target's, then those of the
+    replicas it had that the target leaves out, until the move completes."""
 
     replicas: tuple[Replicas, ...] = ()
+    moves: Mapping[int, Move] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         assert len(self.replicas) == self.partitions, f"{self.name}: replicas per partition"
 
     @property
     def replication_factor(self) -> int:
-        return len(self.replicas[0]) if self.replicas else 0
+        """Partition 0's (its move's target's, while one is under way)."""
+        if not self.replicas:
+            return 0
+        move = self.moves.get(0)
+        return len(move.target if move is not None else self.replicas[0])
+
+    def voters(self, partition: int) -> Replicas:
+        """The replicas that vote in the partition's Raft group where its log says no more
+        (its first membership: actors/partition_replication.py): those it had when its move
+        began, else its replicas."""
+        move = self.moves.get(partition)
+        return move.origin if move is not None else self.replicas[partition]
 
 
 class ProducerIdBlock(NamedTuple):
@@ -193,6 +211,10 @@ class ClusterState:
             return self._check_alter(command)
         if type(command) is AllocateProducerIdBlock:
             return self._check_block(command)
+        if type(command) is MovePartitions:
+            return self._check_moves(command)
+        if type(command) is CompleteMove:
+            return self._check_complete(command)
         raise AssertionError(f"not a command: {command!r}")
 
     def apply(self, command: Command, offset: int) -> Applied:
@@ -210,7 +232,7 @@ class ClusterState:
         elif type(command) is AllocateProducerIdBlock:
             assert result.block is not None
             self._next_producer_id = result.block.start + result.block.size
-        else:  # CreateTopic, CreatePartitions, AlterTopicConfigs
+        else:  # CreateTopic, CreatePartitions, AlterTopicConfigs, the moves
             assert result.topic is not None
             old = self._topics.get(result.topic.name)
             if old is not None:
@@ -363,6 +385,72 @@ class ClusterState:
             return refused
         return Applied(ErrorCode.NONE, topic=replace(topic, configs=configs))
 
+    def _check_moves(self, c: MovePartitions) -> Applied:
+        """Each partition named exists, and its target is a valid replica set that keeps the
+        shard of every node it keeps (actors/cluster/moves.py); a cancel needs a move under
+        way. A target equal to the replicas of a partition that is not moving is nothing to
+        do."""
+        topic = self._topics.get(c.name)
+        if topic is None:
+            return Applied(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "no such topic")
+        if topic.topic_id != c.topic_id:
+            return Applied(ErrorCode.UNKNOWN_TOPIC_ID, f"topic {c.name!r} has another id now")
+        replicas = list(topic.replicas)
+        moves = dict(topic.moves)
+        added: list[Replicas] = []
+        for index, wanted in c.moves:
+            if not 0 <= index < topic.partitions:
+                return Applied(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                               f"topic {c.name!r} has no partition {index}")
+            move = moves.get(index)
+            if wanted is None:
+                if move is None:
+                    return Applied(ErrorCode.NO_REASSIGNMENT_IN_PROGRESS,
+                                   f"partition {index} is not being moved")
+                wanted = move.origin
+            refused = self._check_replicas((wanted,), None)
+            if refused is not None:
+                return refused._replace(message=f"partition {index}: {refused.message}")
+            current = replicas[index]
+            if len(wanted) == 1 or len(current) == 1:
+                return Applied(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                               f"partition {index}: moves to or from one replica are not built "
+                               "(a partition of replication factor 1 has no Raft group)")
+            shards = dict(current)
+            for node, shard in wanted:
+                if shards.get(node, shard) != shard:
+                    return Applied(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                                   f"partition {index}: node {node} keeps its replica on shard "
+                                   f"{shards[node]}, not {shard}")
+            if move is None and wanted == current:
+                continue
+            during = replicas_during(current, wanted)
+            added.append(tuple(r for r in during if r not in current))
+            replicas[index] = during
+            moves[index] = Move(move.origin if move is not None else current, wanted)
+        refused = self._over_capacity(tuple(added))
+        if refused is not None:
+            return refused
+        return Applied(ErrorCode.NONE, topic=replace(topic, replicas=tuple(replicas),
+                                                     moves=moves))
+
+    def _check_complete(self, c: CompleteMove) -> Applied:
+        """The partition's move to `c.target` is the one under way (not since redirected)."""
+        topic = self._topics.get(c.name)
+        if topic is None:
+            return Applied(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "no such topic")
+        if topic.topic_id != c.topic_id:
+            return Applied(ErrorCode.UNKNOWN_TOPIC_ID, f"topic {c.name!r} has another id now")
+        move = topic.moves.get(c.partition)
+        if move is None or move.target != c.target:
+            return Applied(ErrorCode.NO_REASSIGNMENT_IN_PROGRESS,
+                           f"partition {c.partition} is not being moved to {c.target}")
+        replicas = list(topic.replicas)
+        replicas[c.partition] = c.target
+        moves = {p: m for p, m in topic.moves.items() if p != c.partition}
+        return Applied(ErrorCode.NONE, topic=replace(topic, replicas=tuple(replicas),
+                                                     moves=moves))
+
     def _check_replicas(self, partitions: tuple[Replicas, ...], factor: int | None
                         ) -> Applied | None:
         """Why these replicas cannot be (INVALID_REPLICA_ASSIGNMENT), or None: registered
@@ -405,6 +493,7 @@ class ClusterState:
             tuple(self._nodes.values()),
             tuple(CreateTopic(t.name, t.topic_id, t.replicas, t.configs)
                   for t in self._topics.values()),
+            {t.name: t.moves for t in self._topics.values() if t.moves},
         ))
 
     @classmethod
@@ -420,7 +509,8 @@ class ClusterState:
             state._nodes[info.node] = info
         for t in snapshot.topics:
             state._add(PlacedTopic(t.name, t.topic_id, len(t.replicas), dict(t.configs),
-                                   t.name in INTERNAL_TOPICS, t.replicas))
+                                   t.name in INTERNAL_TOPICS, t.replicas,
+                                   dict(snapshot.moves.get(t.name, {}))))
         return state
 
 

@@ -86,10 +86,11 @@ def handle_append(r: RaftState, m: Message) -> None:
         new = (Range(first, rg.last, rg.term), *ranges[i + 1:])
         for x in new:
             log.append(x)
-        for offset, membership in m.confs:  # in force as appended (log.py)
-            if offset >= first:
-                log.add_conf(offset, membership)
-        r.log_writes.append(Append(new, m.payload))
+        confs = tuple((offset, membership) for offset, membership in m.confs
+                      if offset >= first)
+        for offset, membership in confs:  # in force as appended (log.py)
+            log.add_conf(offset, membership)
+        r.log_writes.append(Append(new, m.payload, confs))
         break
     _accept(r, ranges[-1].last if ranges else prev, m.commit)
 

@@ -558,7 +558,8 @@ class RaftMachine:
         if self.unwritten_from is None:
             self.unwritten_from = base
         self.log.append(r)
-        self.log_writes.append(Append((r,), payload))
+        confs = ((base, payload.membership),) if isinstance(payload, ConfChange) else ()
+        self.log_writes.append(Append((r,), payload, confs))
         for p in self.peers:
             self.want_append.setdefault(p, False)
         return r

@@ -159,10 +159,13 @@ LEADER_CHANGE: Any = "LEADER_CHANGE"
 class Append(NamedTuple):
     """Write these ranges at the log's end. On a follower `payload` is the payload of the
     MsgApp they came in (write its batches from `ranges[0].base` on); on the leader it is what
-    `propose()` was given, or `LEADER_CHANGE`."""
+    `propose()` was given, `LEADER_CHANGE`, or a `ConfChange`. `confs`: the membership
+    changes among the ranges, (offset, Membership) (the orchestrator keeps them where a
+    restart finds them)."""
 
     ranges: tuple[Range, ...]
     payload: Any
+    confs: tuple[tuple[int, Any], ...] = ()
 
 
 class TruncateAfter(NamedTuple):

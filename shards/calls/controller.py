@@ -2,10 +2,11 @@
 
     ControllerCall(op, header)  -->  shard 0's Controller
       op: which message (create topics, delete topics, create partitions, alter configs,
-      producer id, a node's registration, a node's producer-id block); header: that
-      message's fields, its reply left out
-                <-- ControllerAnswer(topic results, a producer id, an error code, or a
-                    producer-id block [node, start, size])
+      producer id, a node's registration, a node's producer-id block, partition moves, a
+      move's completion); header: that message's fields, its reply left out
+                <-- ControllerAnswer(topic results, a producer id, an error code, a
+                    producer-id block [node, start, size], or partition results
+                    [[topic, partition, error, message], ...])
 
 The Controller broadcasts each new topic table before it answers (calls/topics.py), so the
 shard that asked has the table by the time the answer arrives (pipes are FIFO).
@@ -14,7 +15,7 @@ shard that asked has the table by the time the answer arrives (pipes are FIFO).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 from actors.cluster.commands import NodeInfo
 from actors.cluster.state import ProducerIdBlock
@@ -22,11 +23,15 @@ from actors.cluster_controller import ProducerIdBlockFor, RegisterSelf
 from actors.controller import (
     AllocateProducerId,
     AlterTopicConfigs,
+    CompleteMove,
     CreatePartitions,
     CreateTopics,
     DeleteTopics,
+    MovePartitions,
+    PartitionResult,
     TopicResult,
     TopicSpec,
+    refuse_moves,
     topic_names_of,
 )
 from actors.topic_config import Operation
@@ -137,10 +142,38 @@ class ProducerIdCall(NamedTuple):
         return AllocateProducerId(reply)
 
 
+class MovePartitionsCall(NamedTuple):
+    moves: list[tuple[str, list[tuple[int, list[int] | None]]]]
+
+    @classmethod
+    def from_wire(cls, body: list[Any]) -> MovePartitionsCall:
+        return cls([(str(topic), [(int(p), None if nodes is None else [int(n) for n in nodes])
+                                  for p, nodes in moves]) for topic, moves in body[0]])
+
+    def message(self, reply: Callable[[list[PartitionResult]], None]) -> MovePartitions:
+        return MovePartitions(self.moves, reply)
+
+
+class CompleteMoveCall(NamedTuple):
+    topic: str
+    topic_id: bytes
+    partition: int
+    target: list[Any]  # [[node, shard], ...]
+
+    @classmethod
+    def from_wire(cls, body: list[Any]) -> CompleteMoveCall:
+        topic, topic_id, partition, target = body
+        return cls(topic, bytes(topic_id), partition, target)
+
+    def message(self, reply: Callable[[ErrorCode], None]) -> CompleteMove:
+        return CompleteMove(self.topic, self.topic_id, self.partition,
+                            tuple((int(n), int(s)) for n, s in self.target), reply)
+
+
 # The op on the wire is the header's place here: append, never reorder.
 _HEADERS: tuple[Any, ...] = (
     CreateTopicsCall, DeleteTopicsCall, CreatePartitionsCall, AlterConfigsCall, ProducerIdCall,
-    RegisterNodeCall, ProducerIdBlockCall,
+    RegisterNodeCall, ProducerIdBlockCall, MovePartitionsCall, CompleteMoveCall,
 )
 _HEADER_OF: dict[type, Any] = {
     CreateTopics: CreateTopicsCall,
@@ -150,9 +183,11 @@ _HEADER_OF: dict[type, Any] = {
     AllocateProducerId: ProducerIdCall,
     RegisterSelf: RegisterNodeCall,
     ProducerIdBlockFor: ProducerIdBlockCall,
+    MovePartitions: MovePartitionsCall,
+    CompleteMove: CompleteMoveCall,
 }
 # The calls answered with an error code alone, or (a block's) with a list when it succeeds.
-_ANSWERED_WITH_ERROR = (RegisterSelf, ProducerIdBlockFor)
+_ANSWERED_WITH_ERROR = (RegisterSelf, ProducerIdBlockFor, CompleteMove)
 
 
 class ControllerCall(NamedTuple):
@@ -188,6 +223,9 @@ def send(router: Caller, to: Address, message: Any) -> None:
                 reply(ErrorCode.REQUEST_TIMED_OUT)
             elif isinstance(message, AllocateProducerId):
                 reply(-1)
+            elif isinstance(message, MovePartitions):
+                refuse_moves(message, ErrorCode.REQUEST_TIMED_OUT,
+                             "the controller did not answer")
             else:
                 reply([TopicResult(name or "", ErrorCode.REQUEST_TIMED_OUT,
                                    "the controller did not answer")
@@ -200,6 +238,9 @@ def send(router: Caller, to: Address, message: Any) -> None:
             reply(ErrorCode(value))
         elif isinstance(message, AllocateProducerId):
             reply(value)
+        elif isinstance(message, MovePartitions):
+            reply([PartitionResult(topic, partition, ErrorCode(error), text)
+                   for topic, partition, error, text in value])
         else:
             reply([_result_from_wire(r) for r in value])
 
@@ -211,14 +252,18 @@ def serve(request: Request, body: Any, _frames: list[Any]) -> None:
     call = ControllerCall._make(body)
     header = _HEADERS[call.op].from_wire(call.header)
 
-    def reply(value: list[TopicResult] | ProducerIdBlock | int) -> None:
+    def reply(value: list[TopicResult] | list[PartitionResult] | ProducerIdBlock | int
+              ) -> None:
         wire: Any
         if isinstance(value, ProducerIdBlock):
             wire = list(value)
         elif isinstance(value, int):
             wire = int(value)
+        elif isinstance(header, MovePartitionsCall):
+            wire = [[r.topic, r.partition, int(r.error), r.message]
+                    for r in cast(list[PartitionResult], value)]
         else:
-            wire = [_result_to_wire(r) for r in value]
+            wire = [_result_to_wire(r) for r in value]  # type: ignore[arg-type]
         request.answer(ControllerAnswer(wire))
 
     request.router.shard.controller().tell(header.message(reply))

@@ -25,7 +25,8 @@ from __future__ import annotations
 from typing import Any, NamedTuple, cast
 
 from actors.partition_replication import GroupKey
-from actors.raft import Membership, Message, MsgType, Range
+from actors.raft import Message, MsgType, Range
+from actors.replica_memberships import membership_from_wire, membership_to_wire
 from shards.calls.base import Address, Caller, Request
 
 __all__ = ["CONTROLLER_GROUP", "KIND", "RaftCall", "send", "serve"]
@@ -51,8 +52,7 @@ def _to_wire(m: Message, frames: list[Any]) -> list[Any]:
         frames.append(m.payload)
     ranges = [n for r in m.ranges for n in r]
     to, sender = cast(tuple[int, int], m.to), cast(tuple[int, int], m.sender)
-    confs = [[offset, *([list(a) for a in sorted(nodes)] for nodes in (
-        conf.voters, conf.outgoing, conf.learners))] for offset, conf in m.confs]
+    confs = [[offset, *membership_to_wire(conf)] for offset, conf in m.confs]
     return [int(m.type), *to, *sender, m.term, m.offset, m.log_term, ranges, m.commit,
             m.reject, m.hint, m.transfer, m.quiesce, m.log_start, payload, confs]
 
@@ -64,8 +64,7 @@ def _from_wire(value: list[Any], frames: list[Any]) -> Message:
     return Message(_TYPES[kind], (to_node, to_shard), (from_node, from_shard), term, offset,
                    log_term, ranges, commit, reject, hint, transfer, quiesce, log_start,
                    None if payload < 0 else frames[payload],
-                   tuple((c[0], Membership(*(frozenset(tuple(a) for a in nodes)
-                                             for nodes in c[1:]))) for c in confs))
+                   tuple((c[0], membership_from_wire(c[1:])) for c in confs))
 
 
 def send(router: Caller, to: Address, groups: list[tuple[GroupKey, list[Message]]]) -> None:

@@ -16,7 +16,12 @@ from typing import Any, NamedTuple
 
 import msgpack
 
-from actors.cluster.commands import replicas_from_wire, replicas_to_wire
+from actors.cluster.commands import (
+    moves_from_wire,
+    moves_to_wire,
+    replicas_from_wire,
+    replicas_to_wire,
+)
 from actors.cluster.state import PlacedTopic
 from actors.services import TopicInfo, TopicTable
 from shards.calls.base import Caller, Request
@@ -38,10 +43,12 @@ class TopicsAnswer(NamedTuple):
 
 
 def info_to_wire(t: TopicInfo) -> list[Any]:
-    """A topic's fields; a cluster's topic (PlacedTopic) adds every partition's replicas."""
+    """A topic's fields; a cluster's topic (PlacedTopic) adds every partition's replicas and
+    the moves under way."""
     value = [t.name, t.topic_id, t.partitions, t.configs, t.internal]
     if isinstance(t, PlacedTopic):
         value.append([replicas_to_wire(r) for r in t.replicas])
+        value.append(moves_to_wire(t.moves))
     return value
 
 
@@ -50,7 +57,7 @@ def info_from_wire(value: list[Any]) -> TopicInfo:
     if len(value) > 5:
         replicas = tuple(replicas_from_wire(r) for r in value[5])
         return PlacedTopic(name, bytes(topic_id), partitions, dict(configs), internal,
-                           replicas)
+                           replicas, moves_from_wire(value[6]))
     return TopicInfo(name, bytes(topic_id), partitions, dict(configs), internal)
 
 

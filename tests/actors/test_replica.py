@@ -36,6 +36,7 @@ from actors.raft import (
     SoftState,
 )
 from actors.replica import Replica, log_batch_reader, read_range
+from actors.replica_memberships import recovered
 from storage import DiskLog, LogConfig
 from storage.compaction import CleanerConfig, clean_log
 from storage.log import AppendFailed
@@ -51,30 +52,39 @@ NODES = (1, 2, 3)
 TICK_S = 0.002  # election timeout 10 ticks: 20-40 ms
 
 
-def log_state(log: DiskLog) -> LogState:
+def log_state(log: DiskLog, confs: tuple[tuple[int, Membership], ...] = ()) -> LogState:
     before = log.epoch_before_start
     return LogState(log.log_start_offset, before or 0,
-                    tuple((start, epoch) for epoch, start in log.epochs()), log.next_offset - 1)
+                    tuple((start, epoch) for epoch, start in log.epochs()), log.next_offset - 1,
+                    confs)
 
 
 class Node:
     def __init__(self, n: int, root: Path, net: Net, quiesce: bool = False,
-                 log_config: LogConfig = LogConfig()) -> None:  # noqa: B008
+                 log_config: LogConfig = LogConfig(),  # noqa: B008
+                 voters: tuple[int, ...] = NODES, learners: tuple[int, ...] = ()) -> None:
+        """`voters`, `learners`: the group's first membership (its Config's); the log's own
+        changes, recovered from its memberships file (actors/replica_memberships.py), win."""
         self.n, self.id, self.net = n, (n, 0), net
         self.loop = asyncio.get_running_loop()
         self.log = DiskLog.open(root / f"node-{n}" / GROUP, log_config)
         self.log.serve()
         self.store = HardStateStore(root / f"node-{n}", self.run_io, self.loop.call_soon)
+        confs, exact = recovered(self.log)
         machine = RaftMachine(
-            Config(self.id, tuple((p, 0) for p in NODES), election_ticks=10, quiesce=quiesce),
-            random.Random(n), hard_state=self.store.get(GROUP), log=log_state(self.log),
-            batch_reader=log_batch_reader(self.log))
-        self.replica = Replica(GROUP, machine, self, self.store, self.loop.call_soon)
+            Config(self.id, tuple((p, 0) for p in voters), election_ticks=10,
+                   quiesce=quiesce, learners=tuple((p, 0) for p in learners)),
+            random.Random(n), hard_state=self.store.get(GROUP),
+            log=log_state(self.log, confs), batch_reader=log_batch_reader(self.log))
+        self.replica = Replica(GROUP, machine, self, self.store, self.loop.call_soon,
+                               confs_saved=exact)
         self.high_watermark = 0
         self.flushing = False
         self.roles: list[tuple[Role, int]] = []
         self.hold_cuts = False
         self.held_cuts: list[tuple[Callable[[], Any], Callable[[Any, Any], None]]] = []
+        self.hold_files = False  # the memberships file's writes wait (`release_files`)
+        self.held_files: list[tuple[Callable[[], Any], Callable[[Any, Any], None]]] = []
 
     # ReplicaHost
     def replica_log(self) -> DiskLog:
@@ -93,6 +103,9 @@ class Node:
     def cut_complete(self) -> None:
         self.flush()
 
+    def writes_resumed(self) -> None:
+        pass
+
     def committed(self, high_watermark: int) -> None:
         self.high_watermark = high_watermark
 
@@ -107,9 +120,18 @@ class Node:
         if self.hold_cuts and isinstance(getattr(fn, "__self__", None), CutTicket):
             self.held_cuts.append((fn, done))  # a disk slow to make a cut durable
             return
+        if self.hold_files and "state_writer" in getattr(fn, "__qualname__", ""):
+            self.held_files.append((fn, done))  # a disk slow to write the memberships file
+            return
         future = self.loop.run_in_executor(None, fn)
         future.add_done_callback(
             lambda f: done(None if f.exception() else f.result(), f.exception()))
+
+    def release_files(self) -> None:
+        self.hold_files = False
+        held, self.held_files = self.held_files, []
+        for fn, done in held:
+            self.run_io(fn, done)
 
     def release_cuts(self) -> None:
         self.hold_cuts = False

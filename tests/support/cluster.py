@@ -808,11 +808,11 @@ class ConfluentLoad(Load):
         self.undelivered = producer.flush(_LOAD_FLUSH_TIMEOUT_S)
 
 
-def cluster_fixture(root: Path, *extra_args: str, link_proxies: bool = False
-                    ) -> Iterator[Cluster]:
-    """Body of a fixture: a started 3-node cluster (with a link proxy per ordered node pair
-    if asked), killed in teardown with its log tails printed."""
-    cluster = Cluster(root, 3, 1, *extra_args, link_proxies=link_proxies)
+def cluster_fixture(root: Path, *extra_args: str, link_proxies: bool = False,
+                    size: int = 3) -> Iterator[Cluster]:
+    """Body of a fixture: a started cluster of `size` nodes (with a link proxy per ordered
+    node pair if asked), killed in teardown with its log tails printed."""
+    cluster = Cluster(root, size, 1, *extra_args, link_proxies=link_proxies)
     try:
         cluster.start()
         yield cluster
