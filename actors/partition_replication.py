@@ -344,7 +344,8 @@ class Replication:
 
     def _move(self) -> None:
         """A leader takes its group one step toward the move's target, each step once the one
-        before it has committed: the target's new replicas join as learners; once they have
+        before it has committed (the first once an entry of its term has: a no-op if need
+        be): the target's new replicas join as learners; once they have
         caught up the voters become the target's (a joint configuration when more than one
         changes, which the machine leaves by itself); learners the target does not hold
         leave. When the committed membership is the target's alone, the controller is told
@@ -354,6 +355,12 @@ class Replication:
             return
         machine = replica.machine
         if machine.role != Role.Leader or machine.log.last_conf_offset() > machine.commit:
+            return
+        if machine.log.term_at(machine.commit) != machine.term:
+            # A change waits for an entry of the leader's term to commit (Raft's rule): an
+            # idle partition gets a no-op for it, as a settling leader does.
+            if machine.log.last_run()[1] != machine.term:
+                replica.propose_no_op()
             return
         m = machine.membership
         if m.joint:
@@ -374,10 +381,11 @@ class Replication:
             self._ask_complete()
 
     def _caught_up(self, peer: Address) -> bool:
-        """Whether a learner has the leader's log up to its commit and is heard from."""
+        """Whether a learner has the leader's log up to its commit and its node is heard
+        from (the host's liveness: an idle group's own stops with quiescence)."""
         machine = self.machine
         progress = machine.progress.get(peer)
-        return (progress is not None and progress.recent_active and peer not in self.raft.lost
+        return (progress is not None and peer not in self.raft.lost
                 and progress.match >= machine.commit)
 
     def _ask_complete(self) -> None:

@@ -20,6 +20,7 @@ from shards.cli_client import CLIENT_FLAGS_GIVEN, admin_argument, brokers_argume
 from shards.cluster_cli import add_cluster_commands
 from shards.config import LOG_LEVELS, STORAGE_MODES, ConfigError, load_config
 from shards.group_cli import add_group_commands
+from shards.move_cli import add_partition_commands
 from shards.topic_cli import CommandError, add_topic_commands
 
 __all__ = ["main"]
@@ -136,7 +137,7 @@ def build_parser(
 
     add_topic_commands(commands)
     add_group_commands(commands)
-    add_cluster_commands(commands)
+    add_partition_commands(add_cluster_commands(commands))
     if more_commands is not None:
         more_commands(commands)
     return parser

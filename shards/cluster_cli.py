@@ -54,7 +54,8 @@ from shards.cli_client import (
     request_timeout_s,
 )
 
-__all__ = ["add_cluster_commands", "cluster_overview", "partition_rows"]
+__all__ = ["add_cluster_commands", "ask_all_quiet", "cluster_overview", "follower_lags",
+           "partition_rows"]
 
 EXIT_UNHEALTHY = 1
 
@@ -78,7 +79,9 @@ UP_OWN_FLAGS = ("--node-id", "--seeds", "--data-dir", "--listen", "--advertise",
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
-def add_cluster_commands(subparsers: Any) -> None:
+def add_cluster_commands(subparsers: Any) -> Any:
+    """The `cluster` command and its subcommands; the subcommands' parsers (shards/move_cli.py
+    adds `partitions` to them)."""
     cluster = subparsers.add_parser("cluster", help="cluster health and information")
     commands = cluster.add_subparsers(dest="cluster_command", metavar="COMMAND", required=True)
     p = commands.add_parser("health", help="healthy or not: nodes down, leaderless partitions")
@@ -91,6 +94,7 @@ def add_cluster_commands(subparsers: Any) -> None:
         brokers_argument(parser)
         admin_argument(parser)
     _add_up(commands)
+    return commands
 
 
 def _add_up(commands: Any) -> None:
@@ -384,7 +388,7 @@ def _cluster_health(
         more = [a for a in default_admin_addresses(b.host for b in metadata.brokers.values())
                 if a not in overviews and a not in failures]
         if more:
-            extra, extra_failures = _ask_all_quiet(more, "/v1/cluster/health_overview")
+            extra, extra_failures = ask_all_quiet(more, "/v1/cluster/health_overview")
             overviews.update(extra)
             failures.update(extra_failures)
     return cluster_overview(list(overviews.values()), sorted(failures), metadata)
@@ -430,7 +434,7 @@ def cluster_overview(overviews: list[dict[str, Any]], unreachable: list[str],
     }
 
 
-def _ask_all_quiet(addresses: list[str], path: str) -> tuple[dict[str, Any], dict[str, str]]:
+def ask_all_quiet(addresses: list[str], path: str) -> tuple[dict[str, Any], dict[str, str]]:
     try:
         return _ask_all(addresses, path)
     except CommandError as e:
@@ -478,7 +482,7 @@ def info(args: argparse.Namespace, out: IO[str] = sys.stdout) -> int:
         status, ready = _get(address, "/v1/status/ready")
         nodes.append({**described[address], "admin": address, "ready": status == 200,
                       "status": (ready or {}).get("status")})
-    replicated = _ask_all_quiet(list(described), "/v1/partitions")[0]
+    replicated = ask_all_quiet(list(described), "/v1/partitions")[0]
     partitions = partition_rows(metadata, list(replicated.values()))
     topics = sorted(
         (name, len(t.partitions), len(next(iter(t.partitions.values())).replicas)
@@ -506,21 +510,28 @@ def partition_rows(metadata: Any, replicated: list[dict[str, Any]]) -> list[dict
     offsets of the leader's log it lacks: the leader's log end, its next offset, less the
     follower's match, its last offset, plus one) from the nodes' /v1/partitions answers (the
     leader of the highest term where two claim it)."""
+    lags = follower_lags(replicated)
+    rows = []
+    for topic, index, p in _partitions(metadata):
+        lag = lags.get((topic, index), {})
+        rows.append({"topic": topic, "partition": index, "leader": p.leader,
+                     "replicas": list(p.replicas), "isr": list(p.isrs), "lag": lag})
+    return rows
+
+
+def follower_lags(replicated: list[dict[str, Any]]) -> dict[tuple[str, int], dict[str, int]]:
+    """Each replicated partition's followers (node ids as text) and the offsets of its
+    leader's log each lacks, from the nodes' /v1/partitions answers (the leader of the
+    highest term where two claim it)."""
     leaders: dict[tuple[str, int], dict[str, Any]] = {}
     for answer in replicated:
         for r in answer.get("partitions", ()):
             key = (r["topic"], r["partition"])
             if r["role"] == "leader" and r["term"] >= leaders.get(key, {}).get("term", -1):
                 leaders[key] = r
-    rows = []
-    for topic, index, p in _partitions(metadata):
-        leader = leaders.get((topic, index))
-        lag = {} if leader is None else {
-            node: max(0, leader["log_end"] - (matched + 1))
-            for node, matched in leader["followers"].items()}
-        rows.append({"topic": topic, "partition": index, "leader": p.leader,
-                     "replicas": list(p.replicas), "isr": list(p.isrs), "lag": lag})
-    return rows
+    return {key: {node: max(0, r["log_end"] - (matched + 1))
+                  for node, matched in r["followers"].items()}
+            for key, r in leaders.items()}
 
 
 def _print_info(

@@ -9,7 +9,10 @@ then the node setting, then the built-in default.
 
 Broker configs are the node's static settings: they change only with the node's configuration
 and a restart, so they are read-only and an alteration of a broker is refused with
-INVALID_REQUEST, never accepted and ignored.
+INVALID_REQUEST, never accepted and ignored. An IncrementalAlterConfigs that only deletes
+broker keys is answered NONE: no dynamic broker config is ever set, so each key it names is at
+its node setting already, as Kafka answers a delete of a key that is not set
+(`kafka-reassign-partitions.sh --verify` deletes the replication throttles this way).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from actors.controller import AlterTopicConfigs, TopicResult
 from actors.services import BrokerSettings
 from actors.topic_config import (
     DEFAULTS,
+    OP_DELETE,
     ConfigType,
     Operation,
     config_type,
@@ -190,7 +194,9 @@ def alter_resources(
             answers.append(None)
             changes.append((name, ops))
         elif kind == RESOURCE_BROKER:
-            answers.append(ResourceResult(kind, name, ErrorCode.INVALID_REQUEST, _BROKER_REFUSED))
+            unset = not replace and all(op.op == OP_DELETE for op in ops)
+            answers.append(ResourceResult(kind, name, ErrorCode.NONE, None) if unset else
+                           ResourceResult(kind, name, ErrorCode.INVALID_REQUEST, _BROKER_REFUSED))
         else:
             answers.append(ResourceResult(
                 kind, name, ErrorCode.INVALID_REQUEST,

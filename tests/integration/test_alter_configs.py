@@ -220,6 +220,11 @@ def test_broker_resource_is_refused_not_ignored(node: BrokerProcess) -> None:
     assert configs["log.retention.ms"].is_read_only
     assert configs["log.retention.bytes"].value == str(NODE_RETENTION_BYTES)
     assert configs["log.retention.check.interval.ms"].value == "10000"
+    # Deleting broker keys (what kafka-reassign-partitions.sh --verify does to replication
+    # throttles) is nothing to do: no dynamic broker config is ever set.
+    incremental(node, "0", ("leader.replication.throttled.rate", DELETE, None),
+                ("follower.replication.throttled.rate", DELETE, None),
+                resource_type=ResourceType.BROKER)
 
 
 def test_every_version_on_the_wire(node: BrokerProcess, plain_topic: str) -> None:

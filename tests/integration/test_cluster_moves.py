@@ -10,7 +10,9 @@ no longer holds the partition's data.
 
 from __future__ import annotations
 
+import json
 import shutil
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,11 +20,12 @@ from types import SimpleNamespace
 
 import pytest
 from kafka import KafkaAdminClient, TopicPartition
-from kafka.errors import InvalidReplicationAssignmentError, NoReassignmentInProgressError
+from kafka.errors import InvalidReplicationAssignmentError
 
 from actors.replica import read_range
 from storage import DiskLog
 from tests.support.acked import StreamingProducer, read_whole_log
+from tests.support.cli import krill
 from tests.support.cluster import Cluster, cluster_fixture, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
@@ -38,8 +41,9 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
 
 
 def replicas(cluster: Cluster, node: int) -> list[int]:
+    """Partition 0's replicas as `node`'s Metadata names them."""
     (found,) = cluster[node].metadata([TOPIC]).topics
-    (partition,) = found.partitions
+    (partition,) = [p for p in found.partitions if p.partition_index == 0]
     return list(partition.replica_nodes)
 
 
@@ -94,25 +98,80 @@ def test_a_partition_moves_to_a_new_node_under_load_its_leader_leaving(
     assert logs[0] == logs[1] == logs[2]
 
 
-def test_a_move_cancelled_goes_back_and_an_unknown_move_is_refused(cluster: Cluster) -> None:
+def test_a_move_to_a_node_that_is_down_waits_and_is_cancelled_from_the_cli(
+        cluster: Cluster) -> None:
+    """`krill cluster partitions move`, `move-status` and `--cancel`: a move whose new node
+    is down cannot complete (its learner never catches up), is listed with that node
+    behind, and once cancelled the partition is back on the replicas it began from."""
     cluster.create_topic(TOPIC, 1, replicas=3)
     before = replicas(cluster, 1)
     (added,) = {1, 2, 3, 4} - set(before)
-    admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap(), request_timeout_ms=30_000)
+    cluster[added].kill9()
+    up = [n for n in (1, 2, 3, 4) if n != added]
+    broker = SimpleNamespace(bootstrap=cluster.bootstrap(*up))
+    with StreamingProducer(broker, TOPIC) as producer:
+        producer.wait_for(500)
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        admins = ",".join(f"127.0.0.1:{cluster[n].admin_port}" for n in up)
+        return krill("cluster", "partitions", *args, "-b", cluster.bootstrap(*up),
+                     "--admin", admins)
+
+    nothing = cli("move", f"{TOPIC}/0", "--cancel")
+    assert nothing.returncode == 1 and "NoReassignmentInProgress" in nothing.stdout, nothing
+    target = [added, *before[1:]]
+    started = cli("move", f"{TOPIC}/0", "--replicas", ",".join(map(str, target)))
+    assert started.returncode == 0, started.stderr
+    assert started.stdout == f"{TOPIC}/0: moving to {','.join(map(str, target))}\n"
+    time.sleep(3)  # it cannot complete: its new node is down
+    status = cli("move-status", "--format", "json")
+    assert status.returncode == 0, status.stderr
+    (row,) = json.loads(status.stdout)["moves"]
+    assert row["replicas"] == [*target, before[0]], row
+    assert row["adding"] == [added] and row["removing"] == [before[0]], row
+    assert list(row["catching_up"]) == [str(added)], row
+    assert "no partition is being moved" not in cli("move-status").stdout
+
+    cancelled = cli("move", f"{TOPIC}/0", "--cancel")
+    assert cancelled.returncode == 0 and "cancelled" in cancelled.stdout, cancelled
+    wait_until(lambda: all(replicas(cluster, n) == before for n in up)
+               and cli("move-status").stdout == "no partition is being moved\n", MOVE_WAIT_S,
+               "the cancelled move back where it began")
+    stored, ends = read_whole_log(broker, TOPIC, 1)  # type: ignore[arg-type]
+    for partition, offset, value in producer.acknowledged:
+        assert stored.get((partition, offset)) == value, (partition, offset)
+
+
+def test_kafka_reassign_partitions_moves_a_partition_and_verifies_it(
+        cluster: Cluster, tmp_path: Path) -> None:
+    """Kafka's own `kafka-reassign-partitions.sh` with a JSON plan: --execute, then --verify
+    until it says the move is complete (it also clears replication throttles on the way)."""
+    from bench.peers.kafka_tools import run_tool
+
+    cluster.create_topic(TOPIC, 2, replicas=3)
+    before = replicas(cluster, 1)
+    (added,) = {1, 2, 3, 4} - set(before)
+    plan = {"version": 1, "partitions": [
+        {"topic": TOPIC, "partition": 0, "replicas": [added, *before[:2]]}]}
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(plan))
+    bs = ["--bootstrap-server", cluster.bootstrap()]
+    done = run_tool("kafka-reassign-partitions", *bs, "--reassignment-json-file", str(path),
+                    "--execute", timeout=90)
+    assert done.returncode == 0, (done.stdout[-2000:], done.stderr[-2000:])
+    assert "Successfully started partition reassignment" in done.stdout, done.stdout
+
+    said: list[str] = []
+
+    def verified() -> bool:
+        out = run_tool("kafka-reassign-partitions", *bs, "--reassignment-json-file", str(path),
+                       "--verify", timeout=90)
+        assert out.returncode == 0, (out.stdout[-2000:], out.stderr[-2000:])
+        said.append(out.stdout + out.stderr[-1000:])
+        return f"Reassignment of partition {TOPIC}-0 is completed" in out.stdout
+
     try:
-        tp = TopicPartition(TOPIC, 0)
-        nothing = admin.alter_partition_reassignments({tp: None})
-        assert nothing[tp] is NoReassignmentInProgressError
-        # Node 4 for a replica of the first, then cancelled: back to where it began, whatever
-        # step the group had reached.
-        assert admin.alter_partition_reassignments(
-            {tp: [added, *before[1:]]}) == {tp: None}
-        time.sleep(0.5)
-        admin.alter_partition_reassignments({tp: None})
-        wait_until(lambda: all(replicas(cluster, n) == before for n in (1, 2, 3, 4))
-                   and admin.list_partition_reassignments() == {}, MOVE_WAIT_S,
-                   "the cancelled move back where it began")
-    finally:
-        admin.close()
-    wait_until(lambda: not (cluster[added].data_dir / f"{TOPIC}-0").exists(), 30,
-               f"node {added}'s replica removed")
+        wait_until(verified, MOVE_WAIT_S, "kafka-reassign-partitions --verify: completed")
+    except AssertionError:
+        raise AssertionError(f"--verify said: {said[-1:]}") from None
+    assert replicas(cluster, 2) == [added, *before[:2]]
