@@ -175,3 +175,51 @@ def test_kafka_reassign_partitions_moves_a_partition_and_verifies_it(
     except AssertionError:
         raise AssertionError(f"--verify said: {said[-1:]}") from None
     assert replicas(cluster, 2) == [added, *before[:2]]
+
+
+def test_a_move_survives_kill9_of_its_leader_and_its_new_node_down(
+        cluster: Cluster, tmp_path: Path) -> None:
+    """The move's new node is down, so the group holds it as a learner that cannot catch up;
+    the leader (which the move removes) is killed -9 and restarted, recovering the
+    membership change its log holds from its memberships file; once the new node is back
+    the move completes, under a producer throughout, and nothing acknowledged is lost."""
+    cluster.create_topic(TOPIC, 1, replicas=3)
+    before = replicas(cluster, 1)
+    (added,) = {1, 2, 3, 4} - set(before)
+    leader = cluster.wait_leader(TOPIC, 0)
+    target = [added, *(n for n in before if n != leader)]
+    cluster[added].kill9()
+    others = [n for n in (1, 2, 3, 4) if n not in (added, leader)]
+    broker = SimpleNamespace(bootstrap=cluster.bootstrap(*others, leader))
+    admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap(*others, leader),
+                             request_timeout_ms=30_000)
+    tp = TopicPartition(TOPIC, 0)
+    try:
+        with StreamingProducer(broker, TOPIC, **{"enable.idempotence": True}) as producer:
+            producer.wait_for(1000)
+            assert admin.alter_partition_reassignments({tp: target}) == {tp: None}
+            # The learner's change is in the leader's log (and file) once it committed.
+            wait_until(lambda: (cluster[leader].data_dir / f"{TOPIC}-0" /
+                                "raft-memberships.json").exists(), 30,
+                       "the leader's memberships file")
+            cluster[leader].kill9()
+            cluster.wait_leader(TOPIC, 0, not_on=leader)
+            cluster.restart(leader)
+            cluster.restart(added)
+            wait_until(lambda: all(sorted(replicas(cluster, n)) == sorted(target)
+                                   for n in (1, 2, 3, 4))
+                       and admin.list_partition_reassignments() == {}, MOVE_WAIT_S,
+                       f"the move to {target} complete")
+            moved_at = len(producer.acknowledged)
+            producer.wait_for(moved_at + 500)
+        acked = list(producer.acknowledged)
+    finally:
+        admin.close()
+    everyone = SimpleNamespace(bootstrap=cluster.bootstrap())
+    stored, _ends = read_whole_log(everyone, TOPIC, 1)  # type: ignore[arg-type]
+    for partition, offset, value in acked:
+        assert stored.get((partition, offset)) == value, (partition, offset)
+    values = list(stored.values())
+    assert len(values) == len(set(values)), "a record stored twice"
+    wait_until(lambda: not (cluster[leader].data_dir / f"{TOPIC}-0").exists(), 30,
+               f"node {leader}'s replica removed")
