@@ -34,9 +34,11 @@ SCENARIO_CASES = ["runner_overhead", "scenario_library", "sim_seeds"]
 RAFT_CASES = ["raft_seeds", "node_rpc"]  # bench/raft.py, bench/node_rpc.py
 SPARK_CASES = ["spark_reader_plain", "spark_reader_realistic"]  # bench/spark_reader.py
 SPARK_WRITER_CASES = ["spark_writer"]  # bench/spark_writer.py
-# bench/cluster.py: 3 nodes x RF=3 beside 1 node, failover, catch-up, idle heartbeats.
+# bench/cluster.py: 3 nodes x RF=3 beside 1 node, failover, catch-up, idle heartbeats;
+# bench/cluster_move.py: a partition moved under a fixed-rate producer.
 CLUSTER_CASES = [
     "cluster_vs_single", "cluster_failover", "cluster_catch_up", "cluster_idle_heartbeats",
+    "cluster_move",
 ]
 # bench/vs_kafka.py: Krill beside Apache Kafka (fsync per batch, page cache) and tansu.
 VS_KAFKA_CASES = ["vs_kafka_throughput", "vs_kafka_latency", "vs_kafka_cluster_latency",
@@ -176,6 +178,10 @@ def main(argv: list[str] | None = None) -> int:
                 from bench import raft
 
                 emit(raft.raft_seeds(args))
+        elif case == "cluster_move":
+            from bench import cluster_move
+
+            emit(cluster_move.run_cluster_move(args))
         elif case in CLUSTER_CASES:
             from bench import cluster
 
