@@ -58,6 +58,8 @@ its Replica's once-a-turn processing.
 
 from __future__ import annotations
 
+import collections
+import functools
 import logging
 import random
 from collections.abc import Callable
@@ -69,6 +71,7 @@ from actors.controller import CompleteMove
 from actors.isr import InSyncReplicas
 from actors.partition_messages import DeleteRecordsReply
 from actors.raft import Config, LogState, Membership, Message, RaftMachine, Role, SoftState
+from actors.recovery_throttle import RecoveryThrottle
 from actors.replica import Replica, log_batch_reader
 from actors.replica_memberships import recovered
 from storage.log import Log
@@ -122,6 +125,10 @@ class RaftServices:
 
     def send(self, key: GroupKey, messages: list[Message]) -> None: ...
     lost: AbstractSet[Address]  # peers not heard from for an election timeout
+    # What leaders send learners (a move's new replicas) is throttled (None: it is not).
+    recovery: RecoveryThrottle | None
+
+    def later(self, delay_s: float, fn: Callable[[], None]) -> None: ...
 
     def register(self, key: GroupKey, tick: Callable[[], None],
                  replicas: tuple[Address, ...] = ()) -> None: ...
@@ -210,6 +217,9 @@ class Replication:
         self.voters = voters or replicas
         self.target = target
         self._move_asked = -1  # the tick a CompleteMove was last asked for
+        # Appends to learners waiting for the recovery throttle, per learner, in order.
+        self._throttled: dict[Any, collections.deque[Message]] = {}
+        self._throttle_timer = False  # a `_send_throttled` is scheduled
         self.raft = raft
         self.key = GroupKey(partition.topic, partition.index, partition.topic_id)
         self.group = group_name(self.key)
@@ -640,7 +650,63 @@ class Replication:
         self._flushes_moved()
 
     def send(self, messages: list[Message]) -> None:
-        self.raft.send(self.key, messages)
+        """To the group's peers; an append to a learner (a move's new replica catching up)
+        waits in that learner's queue for the shard's recovery throttle
+        (actors/recovery_throttle.py)."""
+        throttle = self.raft.recovery
+        learners = self.machine.membership.learners if self.replica is not None else ()
+        if throttle is not None and (learners or self._throttled):
+            if any(peer not in learners for peer in self._throttled):
+                self._send_throttled()  # a learner promoted: its queue first, in order
+            now = []
+            for m in messages:
+                if m.payload is not None and m.to in learners:
+                    queue = self._throttled.setdefault(m.to, collections.deque())
+                    base = m.ranges[0].base
+                    while queue and queue[-1].ranges[0].base >= base:
+                        queue.pop()  # sent again from `base`: the queued copies are stale
+                    queue.append(m)
+                else:
+                    now.append(m)
+            messages = now
+            self._send_throttled()
+        if messages:
+            self.raft.send(self.key, messages)
+
+    def _send_throttled(self, timer: bool = False) -> None:
+        """Send learners' queued appends as the throttle allows; the rest when it will."""
+        if timer:
+            self._throttle_timer = False
+        throttle, replica = self.raft.recovery, self.replica
+        if throttle is None or replica is None or replica.closed \
+                or replica.machine.role != Role.Leader:
+            self._throttled.clear()
+            return
+        machine = replica.machine
+        learners = machine.membership.learners
+        for peer, queue in list(self._throttled.items()):
+            progress = machine.progress.get(peer)
+            while queue:
+                m = queue[0]
+                if m.term != machine.term or progress is None \
+                        or m.ranges[-1].last <= progress.match:
+                    queue.popleft()  # of a past term, a peer gone, or acknowledged already
+                    continue
+                if peer not in learners:  # a voter now: what it lacks goes at once, in order
+                    queue.popleft()
+                    self.raft.send(self.key, [m])
+                    continue
+                wait = throttle.wait(len(m.payload))
+                if wait > 0:
+                    if not self._throttle_timer:
+                        self._throttle_timer = True
+                        self.raft.later(wait, functools.partial(self._send_throttled, True))
+                    break
+                throttle.take(len(m.payload))
+                queue.popleft()
+                self.raft.send(self.key, [m])
+            if not queue:
+                del self._throttled[peer]
 
     def run_io(self, fn: Callable[[], Any],
                done: Callable[[Any, BaseException | None], None]) -> None:

@@ -64,8 +64,10 @@ def _move(admin: Any, cluster: Cluster, target: list[int]) -> dict[str, Any]:
             raise CaseError(f"the move to {target} not done in {MOVE_TIMEOUT_S:g} s")
         time.sleep(0.05)
     seconds = time.monotonic() - t0
+    copied_mb = dir_bytes(os.path.join(cluster.node(target[-1]).data_dir, f"{TOPIC}-0")) / MB
     return {"target": target, "partition_mb": round(size_mb, 1), "move_s": round(seconds, 3),
-            "mb_per_s": round(size_mb / seconds, 1) if seconds > 0 else None}
+            "mb_per_s": round(size_mb / seconds, 1) if seconds > 0 else None,
+            "new_replica_mb": round(copied_mb, 1)}  # (written on since: a little more)
 
 
 def _side(cluster: Cluster, admin: Any, moving: bool, window_s: float,

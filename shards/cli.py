@@ -89,6 +89,9 @@ def build_parser(
                        help="a follower not caught up with its leader for this long leaves "
                             "the in-sync replicas (Kafka's replica.lag.time.max.ms, default "
                             "30000)")
+    start.add_argument("--learner-recovery-rate-bytes", type=int, metavar="BYTES",
+                       help="bytes/s the node's Raft leaders send a partition move's new "
+                            "replicas, its shards sharing it (0: unthrottled; default 32 MiB)")
     start.add_argument("--config", metavar="FILE",
                        help="YAML node config (env KRILL_CONFIG); flags and KRILL_* win")
     start.add_argument("--log-level", type=str.lower, choices=LOG_LEVELS,

@@ -109,6 +109,10 @@ class NodeConfig:
     # log end for this long leaves the partition's in-sync replicas (actors/isr.py); one
     # whose node is not heard from for an election timeout leaves at once.
     replica_lag_time_max_ms: int = 30_000
+    # Bytes per second the node's Raft leaders send the learners they are catching up (a
+    # partition move's new replicas; Redpanda's raft_learner_recovery_rate), shared evenly by
+    # its shards (actors/recovery_throttle.py); 0: not throttled.
+    learner_recovery_rate_bytes: int = 32 * MiB
     disable_metrics: bool = False  # record nothing and serve no /metrics (Redpanda's name)
     # A loop turn this long or longer is a stall: counted, and its stack logged as it happens
     # (shards/loop_watch.py; Seastar's reactor stall detector). 0: no watchdog thread.
@@ -193,6 +197,7 @@ class NodeConfig:
                               f"{self.log_cleanup_interval_ms}")
         for name, zero in (("storage_min_free_bytes", "no guard"),
                            ("trace_produce_every", "none"),
+                           ("learner_recovery_rate_bytes", "not throttled"),
                            ("loop_stall_threshold_ms", "no watchdog")):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name} must be 0 ({zero}) or more, not "
@@ -347,6 +352,7 @@ _FIELD_TYPES: dict[str, type] = {
     "storage_min_free_bytes": int, "enable_failure_injection": bool,
     "rpc_host": str, "rpc_port": int, "seeds": str, "raft_election_timeout_ms": int,
     "raft_heartbeat_interval_ms": int, "replica_lag_time_max_ms": int,
+    "learner_recovery_rate_bytes": int,
 }
 _OPTIONAL_FIELDS = ("advertise_host", "advertise_port")
 assert set(_FIELD_TYPES) == {f.name for f in dataclasses.fields(NodeConfig)}

@@ -179,3 +179,8 @@ leader_updates_per_message_max = 500
 # A cluster's node stopping cleanly hands the leadership of every group its shard leads to a
 # follower first (shards/shard_cluster.py); it waits this long for the transfers, then stops anyway.
 leadership_transfer_timeout_s = 1.0
+
+# The learner recovery throttle's burst (actors/recovery_throttle.py): this many seconds of its
+# rate, and at least this many bytes (one append of a catching-up learner goes at once).
+recovery_burst_s = 0.1
+recovery_burst_bytes_min = 1 << 20

@@ -50,6 +50,7 @@ from actors.cluster.leaders import LeaderTable, LeaderUpdate
 from actors.hard_state import HardStateStore
 from actors.partition_replication import GroupKey
 from actors.raft import Message, MsgType
+from actors.recovery_throttle import RecoveryThrottle
 from shards import limits
 from shards.calls import leaders as leaders_call
 from shards.calls import raft as raft_call
@@ -70,7 +71,9 @@ class RaftHost:
 
     def __init__(self, node_id: int, shard_id: int, loop: asyncio.AbstractEventLoop,
                  data_dir: str, run_io: Any, election_ticks: int, heartbeat_ticks: int,
-                 tick_s: float) -> None:
+                 tick_s: float, recovery_rate_bytes: float = 0) -> None:
+        """`recovery_rate_bytes`: this shard's share of the node's learner recovery rate, bytes
+        per second (0: not throttled)."""
         self.address: Address = (node_id, shard_id)
         self.node_id = node_id
         self.shard_id = shard_id
@@ -94,6 +97,11 @@ class RaftHost:
         self._sent: set[Any] = set()  # the router addresses sent to since the last tick
         self.lost: frozenset[Address] = frozenset()
         self.election_timeout_s = election_ticks * tick_s
+        self.recovery: RecoveryThrottle | None = None
+        if recovery_rate_bytes > 0:
+            self.recovery = RecoveryThrottle(
+                recovery_rate_bytes, max(recovery_rate_bytes * limits.recovery_burst_s,
+                                         limits.recovery_burst_bytes_min), loop.time)
         self._due: list[Callable[[], None]] = []  # Replicas' work for the end of the turn
         self._running_due = False  # inside `_run_due`: its sends leave as it ends
         # This turn's messages: target shard -> group -> messages, in send order.
@@ -175,6 +183,9 @@ class RaftHost:
         finally:
             self._running_due = False
         self._flush()  # what the Readies sent leaves now, not a loop turn later
+
+    def later(self, delay_s: float, fn: Callable[[], None]) -> None:
+        self.loop.call_later(delay_s, fn)
 
     def send(self, key: GroupKey, messages: list[Message]) -> None:
         """Gathered per target shard until the end of the loop turn (of `_run_due`, where

@@ -196,7 +196,8 @@ class Shard(ClusterShard, TopicsShard):
         if self.cluster:
             self.raft = RaftHost(
                 config.node_id, shard_id, self.loop, self.settings.data_dir, self.run_blocking,
-                config.raft_election_ticks, 1, config.raft_heartbeat_interval_ms / 1000)
+                config.raft_election_ticks, 1, config.raft_heartbeat_interval_ms / 1000,
+                config.learner_recovery_rate_bytes / self.shards)
 
     # Services -----------------------------------------------------------------------------
 

@@ -193,6 +193,11 @@ class FakeRaft:
     def schedule(self, fn: Callable[[], None]) -> None:
         self.loop.call_soon(fn)
 
+    recovery = None
+
+    def later(self, delay_s: float, fn: Callable[[], None]) -> None:
+        self.loop.call_later(delay_s, fn)
+
     def leader_changed(self, *args: Any) -> None:
         pass
 

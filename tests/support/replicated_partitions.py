@@ -95,6 +95,7 @@ class Raft:
 
     election_ticks = 10
     heartbeat_ticks = 1
+    recovery = None  # appends to learners not throttled
 
     def __init__(self, address: Address, net: Net, directory: Path,
                  run_io: Callable[[Any, Any], None]) -> None:
@@ -116,6 +117,9 @@ class Raft:
 
     def schedule(self, fn: Callable[[], None]) -> None:
         self.net.loop.call_soon(fn)
+
+    def later(self, delay_s: float, fn: Callable[[], None]) -> None:
+        self.net.loop.call_later(delay_s, fn)
 
     def leader_changed(self, key: GroupKey, leader: Address | None, epoch: int,
                        isr: tuple[Address, ...]) -> None:
