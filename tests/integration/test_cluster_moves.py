@@ -153,7 +153,7 @@ def test_a_move_to_a_node_that_is_down_waits_and_is_cancelled_from_the_cli(
     started = cli("move", f"{topic}/0", "--replicas", ",".join(map(str, target)))
     assert started.returncode == 0, started.stderr
     assert started.stdout == f"{topic}/0: moving to {','.join(map(str, target))}\n"
-    time.sleep(3)  # it cannot complete: its new node is down
+    time.sleep(1.5)  # it cannot complete: its new node is down
     status = cli("move-status", "--format", "json")
     assert status.returncode == 0, status.stderr
     (row,) = json.loads(status.stdout)["moves"]

@@ -1,5 +1,5 @@
 """A node of a 3-node cluster paused (SIGSTOP of its whole process group, as a stalled VM or a
-long GC pause) for 4-6 s, again and again, under acks=all produce (issue #26, defect 12).
+long GC pause) for 4-6 s, eight times, under acks=all produce (issue #26, defect 12).
 
 Each pause outlasts what a peer's ZeroMQ connection used to wait for a sign of life (ZMTP
 heartbeats, 3 s), so the peers closed their connections to the stopped node while its kernel
@@ -44,7 +44,7 @@ LOAD_RATE_PER_S = 100.0
 # The load outlasts the pauses even on a busy machine (80 s here alone, 150 s with other
 # clusters running beside it).
 LOAD_RUN_LIMIT_S = 240.0
-PAUSES = 12
+PAUSES = 8  # the defect showed by the fifth in each of four runs
 PAUSE_S = (4.0, 6.0)  # past the 3 s the ZMTP heartbeats gave a silent peer
 SEED = 26
 _SERVING_TIMEOUT_S = 10.0  # a resumed node's admin endpoint answering ready

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -49,8 +50,18 @@ def _write_change_and_data(partition_dir: Path) -> int:
         log_.close()
 
 
-@pytest.fixture
-def stored(broker: BrokerProcess) -> tuple[BrokerProcess, list[tuple[int, bytes]]]:
+@pytest.fixture(scope="module")
+def stored(tmp_path_factory: pytest.TempPathFactory
+           ) -> Iterator[tuple[BrokerProcess, list[tuple[int, bytes]]]]:
+    """One node for the module: the partition read by each client in turn."""
+    broker = BrokerProcess(tmp_path_factory.mktemp("changes") / "data").start()
+    try:
+        yield _written(broker)
+    finally:
+        broker.kill9() if broker.alive() else broker.stop()
+
+
+def _written(broker: BrokerProcess) -> tuple[BrokerProcess, list[tuple[int, bytes]]]:
     create_topic(broker, TOPIC)
     produce(broker, TOPIC, [(None, f"before-{i}".encode(), None, 0) for i in range(10)],
             acks="all")
