@@ -359,7 +359,8 @@ class Replication:
         caught up the voters become the target's (a joint configuration when more than one
         changes, which the machine leaves by itself); learners the target does not hold
         leave. When the committed membership is the target's alone, the controller is told
-        (CompleteMove), again every `move_complete_retry_ticks` until it says so."""
+        (CompleteMove), again every `limits.move_complete_retry_timeouts` election timeouts
+        until its table says the move is done."""
         replica = self.replica
         if replica is None or replica.closed or self.target is None:
             return
