@@ -354,10 +354,19 @@ class Cluster:
         return {node.node_id: node.stop(timeout_s, signalled=True) for node in stopping}
 
     def close(self) -> None:
-        """Kill every node, paused ones too, then close the link proxies; teardown."""
+        """Kill every node, paused ones too, then close the link proxies; teardown. Every
+        node's group is killed before any is waited for: a killed group takes up to 2 s here
+        to be gone (its shards reaped by PID 1), and one node after the other made each
+        cluster's teardown 6-8 s."""
         try:
+            killed = []
             for node in self.nodes.values():
-                node.kill9()
+                process, node.process, node.paused = node.process, None, False
+                if process is not None:
+                    _send_kill(process)
+                    killed.append(process)
+            for process in killed:
+                _wait_gone(process)
         finally:
             self._close_proxies()
 
@@ -463,12 +472,21 @@ def _ends(
 
 
 def _kill_group(process: subprocess.Popen[bytes]) -> None:
-    pgid = process.pid
+    _send_kill(process)
+    _wait_gone(process)
+
+
+def _send_kill(process: subprocess.Popen[bytes]) -> None:
     try:
-        os.killpg(pgid, signal.SIGCONT)  # a paused group is killed as well, but reaped sooner
-        os.killpg(pgid, signal.SIGKILL)
+        os.killpg(process.pid, signal.SIGCONT)  # a paused group is killed too, reaped sooner
+        os.killpg(process.pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
+
+
+def _wait_gone(process: subprocess.Popen[bytes]) -> None:
+    """Until the killed group's processes are all gone (bounded)."""
+    pgid = process.pid
     process.wait()  # reap the supervisor: a zombie would keep its group alive
     deadline = time.monotonic() + _GROUP_GONE_TIMEOUT_S
     while time.monotonic() < deadline:
