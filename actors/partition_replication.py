@@ -340,17 +340,21 @@ class Replication:
         self._move_asked = -1
         if self.isr is not None and self.raft.address in replicas:
             # Replicas the move adds start out of sync: in once they have caught up.
-            machine = self.machine
             old = set(self.isr.replicas)
-            self.isr = InSyncReplicas(
-                self.raft.address, replicas, self.partition.services.settings
-                .replica_lag_time_max_ms, self.partition.now_ms(), machine.log.last_offset,
-                self.raft.lost | {r for r in replicas if r not in old})
-            self.raft.leader_changed(self.key, self.raft.address, machine.term, self.isr.isr)
+            self.isr = self._new_isr(self.raft.lost | {r for r in replicas if r not in old})
+            self.raft.leader_changed(self.key, self.raft.address, self.machine.term,
+                                     self.isr.isr)
             self.window.in_sync_changed(len(self.isr.isr),
                                         self.partition.settings.min_insync_replicas)
         if self.target is not None:
             self._move()
+
+    def _new_isr(self, down: AbstractSet[Address]) -> InSyncReplicas[Address]:
+        """This leader's in-sync replicas from now, `down` out until they catch up."""
+        p = self.partition
+        return InSyncReplicas(self.raft.address, self.replicas,
+                              p.services.settings.replica_lag_time_max_ms, p.now_ms(),
+                              self.machine.log.last_offset, down)
 
     def _move(self) -> None:
         """A leader takes its group one step toward the move's target, each step once the one
@@ -642,9 +646,7 @@ class Replication:
             log_ = p.log_or_none()
             self._ready_at = log_.next_offset if log_ is not None else 0
             log.info("%s: leader in term %d", p, term)
-            self.isr = InSyncReplicas(
-                self.raft.address, self.replicas, p.services.settings.replica_lag_time_max_ms,
-                p.now_ms(), self.machine.log.last_offset, self.raft.lost)
+            self.isr = self._new_isr(self.raft.lost)
         p.role_changed(soft.role == Role.Leader, term, was_leader)
         self.raft.leader_changed(self.key, leader, term, self.in_sync_replicas())
         self._answer_start_waiters()

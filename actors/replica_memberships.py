@@ -62,6 +62,8 @@ log = logging.getLogger(__name__)
 MEMBERSHIP_TYPE = 0x4B01
 MEMBERSHIP_FILE = "raft-memberships.json"
 _CONTROL_KEY = struct.Struct(">hh")
+# What `recovered` reads at an entry's offset: a membership batch is one small record.
+_BATCH_READ_BYTES = 1 << 16
 
 Confs = list[tuple[int, Membership]]  # (offset, membership), ascending; the anchor first
 
@@ -149,7 +151,7 @@ def recovered(log_: Log) -> tuple[tuple[tuple[int, Membership], ...], bool]:
 def _held_at(log_: Log, offset: int) -> Membership | None:
     """The membership the batch at `offset` carries, if it is one (a read at start, as the
     log's own recovery reads)."""
-    data = log_.read_bytes(offset, 1 << 16, offset + 1)
+    data = log_.read_bytes(offset, _BATCH_READ_BYTES, offset + 1)
     if not data:
         return None
     found = memberships_in(data, _headers(data))

@@ -336,20 +336,25 @@ class ClusterState:
             name, c.topic_id, partitions, configs, name in INTERNAL_TOPICS, tuple(c.replicas))
         return Applied(ErrorCode.NONE, topic=topic)
 
-    def _check_delete(self, c: DeleteTopic) -> Applied:
-        topic = self._topics.get(c.name)
+    def _topic_of(self, name: str, topic_id: bytes) -> PlacedTopic | Applied:
+        """The topic `name` if it is still the incarnation `topic_id`, else the refusal."""
+        topic = self._topics.get(name)
         if topic is None:
             return Applied(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "no such topic")
-        if topic.topic_id != c.topic_id:
-            return Applied(ErrorCode.UNKNOWN_TOPIC_ID, f"topic {c.name!r} has another id now")
+        if topic.topic_id != topic_id:
+            return Applied(ErrorCode.UNKNOWN_TOPIC_ID, f"topic {name!r} has another id now")
+        return topic
+
+    def _check_delete(self, c: DeleteTopic) -> Applied:
+        topic = self._topic_of(c.name, c.topic_id)
+        if isinstance(topic, Applied):
+            return topic
         return Applied(ErrorCode.NONE, topic=topic)
 
     def _check_grow(self, c: CreatePartitions) -> Applied:
-        topic = self._topics.get(c.name)
-        if topic is None:
-            return Applied(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "no such topic")
-        if topic.topic_id != c.topic_id:
-            return Applied(ErrorCode.UNKNOWN_TOPIC_ID, f"topic {c.name!r} has another id now")
+        topic = self._topic_of(c.name, c.topic_id)
+        if isinstance(topic, Applied):
+            return topic
         invalid = ErrorCode.INVALID_PARTITIONS
         if c.partitions <= topic.partitions:
             return Applied(
@@ -390,11 +395,9 @@ class ClusterState:
         shard of every node it keeps (actors/cluster/moves.py); a cancel needs a move under
         way. A target equal to the replicas of a partition that is not moving is nothing to
         do."""
-        topic = self._topics.get(c.name)
-        if topic is None:
-            return Applied(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "no such topic")
-        if topic.topic_id != c.topic_id:
-            return Applied(ErrorCode.UNKNOWN_TOPIC_ID, f"topic {c.name!r} has another id now")
+        topic = self._topic_of(c.name, c.topic_id)
+        if isinstance(topic, Applied):
+            return topic
         replicas = list(topic.replicas)
         moves = dict(topic.moves)
         added: list[Replicas] = []
@@ -436,11 +439,9 @@ class ClusterState:
 
     def _check_complete(self, c: CompleteMove) -> Applied:
         """The partition's move to `c.target` is the one under way (not since redirected)."""
-        topic = self._topics.get(c.name)
-        if topic is None:
-            return Applied(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "no such topic")
-        if topic.topic_id != c.topic_id:
-            return Applied(ErrorCode.UNKNOWN_TOPIC_ID, f"topic {c.name!r} has another id now")
+        topic = self._topic_of(c.name, c.topic_id)
+        if isinstance(topic, Applied):
+            return topic
         move = topic.moves.get(c.partition)
         if move is None or move.target != c.target:
             return Applied(ErrorCode.NO_REASSIGNMENT_IN_PROGRESS,

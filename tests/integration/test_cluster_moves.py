@@ -24,9 +24,15 @@ from kafka.errors import InvalidReplicationAssignmentError
 
 from actors.replica import read_range
 from storage import DiskLog
-from tests.support.acked import StreamingProducer, read_whole_log
+from tests.support.acked import StreamingProducer
 from tests.support.cli import krill
-from tests.support.cluster import Cluster, cluster_fixture, wait_until
+from tests.support.cluster import (
+    Cluster,
+    assert_acknowledged_once,
+    cluster_fixture,
+    read_partitions,
+    wait_until,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
@@ -105,11 +111,9 @@ def test_a_partition_moves_to_a_new_node_under_load_its_leader_leaving(
     finally:
         admin.close()
 
-    stored, ends = read_whole_log(broker, topic, 1)  # type: ignore[arg-type]
-    for partition, offset, value in acked:
-        assert stored.get((partition, offset)) == value, (partition, offset)
-    values = list(stored.values())
-    assert len(values) == len(set(values)), "a record stored twice"
+    stored = read_partitions(cluster.bootstrap(), topic, 1)
+    assert_acknowledged_once(acked, stored)  # type: ignore[arg-type]
+    end = max(offset for _, offset in stored) + 1
 
     # The leader that left has no data of the partition any more; every target node holds
     # the same log (read from a copy of each directory: the nodes still run).
@@ -121,8 +125,8 @@ def test_a_partition_moves_to_a_new_node_under_load_its_leader_leaving(
         shutil.copytree(cluster[node].data_dir / f"{topic}-0", copy)
         log_ = DiskLog.open(copy)
         try:
-            assert log_.next_offset >= ends[0], (node, log_.next_offset, ends)
-            logs.append(read_range(log_, 0, ends[0] - 1))
+            assert log_.next_offset >= end, (node, log_.next_offset, end)
+            logs.append(read_range(log_, 0, end - 1))
         finally:
             log_.close()
     assert logs[0] == logs[1] == logs[2]
@@ -139,7 +143,7 @@ def test_a_move_to_a_node_that_is_down_waits_and_is_cancelled_from_the_cli(
     cluster[added].kill9()
     up = [n for n in (1, 2, 3, 4) if n != added]
     broker = SimpleNamespace(bootstrap=cluster.bootstrap(*up))
-    with StreamingProducer(broker, topic) as producer:
+    with StreamingProducer(broker, topic, **{"enable.idempotence": True}) as producer:
         producer.wait_for(500)
 
     def cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -167,9 +171,8 @@ def test_a_move_to_a_node_that_is_down_waits_and_is_cancelled_from_the_cli(
     wait_until(lambda: all(replicas(cluster, n, topic) == before for n in up)
                and cli("move-status").stdout == "no partition is being moved\n", MOVE_WAIT_S,
                "the cancelled move back where it began")
-    stored, ends = read_whole_log(broker, topic, 1)  # type: ignore[arg-type]
-    for partition, offset, value in producer.acknowledged:
-        assert stored.get((partition, offset)) == value, (partition, offset)
+    assert_acknowledged_once(producer.acknowledged,  # type: ignore[arg-type]
+                             read_partitions(cluster.bootstrap(*up), topic, 1))
     cluster.restart(added)  # (the next test's cluster has every node)
 
 
@@ -209,7 +212,7 @@ def test_kafka_reassign_partitions_moves_a_partition_and_verifies_it(
 
 
 def test_a_move_survives_kill9_of_its_leader_and_its_new_node_down(
-        cluster: Cluster, topic: str, tmp_path: Path) -> None:
+        cluster: Cluster, topic: str) -> None:
     """The move's new node is down, so the group holds it as a learner that cannot catch up;
     the leader (which the move removes) is killed -9 and restarted, recovering the
     membership change its log holds from its memberships file; once the new node is back
@@ -249,11 +252,7 @@ def test_a_move_survives_kill9_of_its_leader_and_its_new_node_down(
         acked = list(producer.acknowledged)
     finally:
         admin.close()
-    everyone = SimpleNamespace(bootstrap=cluster.bootstrap())
-    stored, _ends = read_whole_log(everyone, topic, 1)  # type: ignore[arg-type]
-    for partition, offset, value in acked:
-        assert stored.get((partition, offset)) == value, (partition, offset)
-    values = list(stored.values())
-    assert len(values) == len(set(values)), "a record stored twice"
+    assert_acknowledged_once(acked,  # type: ignore[arg-type]
+                             read_partitions(cluster.bootstrap(), topic, 1))
     wait_until(lambda: not (cluster[leader].data_dir / f"{topic}-0").exists(), 30,
                f"node {leader}'s replica removed")

@@ -102,10 +102,6 @@ def read_whole_log(
                 if message.offset() < ends[message.partition()]:
                     stored[(message.partition(), message.offset())] = message.value()
                 next_offsets[message.partition()] = message.offset() + 1
-            # The position passes control batches too (a Raft no-op, a membership change
-            # at a cluster's log end), which no message marks.
-            for tp in consumer.position([TopicPartition(topic, p) for p in range(partitions)]):
-                next_offsets[tp.partition] = max(next_offsets[tp.partition], tp.offset)
     finally:
         consumer.close()
     return stored, ends
